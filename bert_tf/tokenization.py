@@ -1,0 +1,221 @@
+"""FullTokenizer: the original release's BasicTokenizer + WordpieceTokenizer, exactly.
+
+Behaviour (see shared REFERENCE.md): clean text (drop NUL, U+FFFD, control chars; whitespace ->
+space), space out CJK ideographs, split on whitespace, optionally lower-case + NFD + drop
+combining marks, split off punctuation, then greedy longest-match-first WordPiece with `##`
+continuations, 200 chars per word at most, and `[UNK]` for a word with any unmatched piece.
+"""
+import collections
+import unicodedata
+
+from bert_tf import BertError
+
+UNK, CLS, SEP, MASK, PAD = "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"
+REQUIRED_TOKENS = (UNK, CLS, SEP, MASK)
+MAX_INPUT_CHARS_PER_WORD = 200
+
+# CJK Unified Ideographs blocks the original spaces out (not Hangul/Kana: those are words).
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+)
+
+
+def convert_to_unicode(text):
+    if isinstance(text, str):
+        return text
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "ignore")
+    raise BertError(f"tokenizer input must be str or bytes, got {type(text).__name__}")
+
+
+def _read_lines(vocab_file):
+    import tensorflow as tf  # gfile: gs:// vocab files work too
+    if not tf.io.gfile.exists(vocab_file):
+        raise BertError(f"{vocab_file}: vocab file not found")
+    with tf.io.gfile.GFile(vocab_file, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise BertError(f"{vocab_file}: line {line} is not valid UTF-8") from None
+    # Split on "\n" only: str.splitlines() would also split tokens containing U+2028, U+0085...
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def load_vocab(vocab_file, required=REQUIRED_TOKENS):
+    """Token -> id (id = line number). Later duplicates win, as in the original."""
+    vocab = collections.OrderedDict()
+    for index, line in enumerate(_read_lines(vocab_file)):
+        # Strip only ASCII whitespace: U+2028/U+0085 can be (part of) a real token.
+        vocab[line.strip(" \t\r\n")] = index
+    if not vocab:
+        raise BertError(f"{vocab_file}: vocab file is empty")
+    missing = [t for t in required if t not in vocab]
+    if missing:
+        raise BertError(f"{vocab_file}: vocab is missing required token(s) {' '.join(missing)}")
+    return vocab
+
+
+def vocab_tokens(vocab_file):
+    """The vocab as a list, index = id (what the in-graph lookup table is built from)."""
+    return [line.strip(" \t\r\n") for line in _read_lines(vocab_file)]
+
+
+def whitespace_tokenize(text):
+    # Python's str.split(): splits on every Unicode whitespace, U+2028 included (original does too).
+    return text.split()
+
+
+def _is_whitespace(char):
+    if char in (" ", "\t", "\n", "\r"):
+        return True
+    return unicodedata.category(char) == "Zs"
+
+
+def _is_control(char):
+    if char in ("\t", "\n", "\r"):
+        return False
+    return unicodedata.category(char).startswith("C")
+
+
+def _is_punctuation(char):
+    cp = ord(char)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def _is_cjk(cp):
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+class BasicTokenizer:
+    """Cleaning, CJK spacing, optional lower-casing + accent stripping, punctuation split."""
+
+    def __init__(self, do_lower_case=True):
+        self.do_lower_case = do_lower_case
+
+    def tokenize(self, text):
+        text = self._clean_text(convert_to_unicode(text))
+        text = self._space_cjk(text)
+        split_tokens = []
+        for token in whitespace_tokenize(text):
+            if self.do_lower_case:
+                token = self._strip_accents(token.lower())
+            split_tokens.extend(self._split_on_punc(token))
+        return whitespace_tokenize(" ".join(split_tokens))
+
+    @staticmethod
+    def _clean_text(text):
+        out = []
+        for char in text:
+            cp = ord(char)
+            if cp == 0 or cp == 0xFFFD or _is_control(char):
+                continue
+            out.append(" " if _is_whitespace(char) else char)
+        return "".join(out)
+
+    @staticmethod
+    def _space_cjk(text):
+        out = []
+        for char in text:
+            if _is_cjk(ord(char)):
+                out.extend((" ", char, " "))
+            else:
+                out.append(char)
+        return "".join(out)
+
+    @staticmethod
+    def _strip_accents(text):
+        return "".join(c for c in unicodedata.normalize("NFD", text)
+                       if unicodedata.category(c) != "Mn")
+
+    @staticmethod
+    def _split_on_punc(text):
+        pieces, current = [], []
+        for char in text:
+            if _is_punctuation(char):
+                if current:
+                    pieces.append("".join(current))
+                    current = []
+                pieces.append(char)
+            else:
+                current.append(char)
+        if current:
+            pieces.append("".join(current))
+        return pieces
+
+
+class WordpieceTokenizer:
+    """Greedy longest-match-first WordPiece over whitespace-separated words."""
+
+    def __init__(self, vocab, unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD):
+        self.vocab = vocab
+        self.unk_token = unk_token
+        self.max_input_chars_per_word = max_input_chars_per_word
+        self._cache = {}
+
+    def tokenize(self, text):
+        output = []
+        for word in whitespace_tokenize(convert_to_unicode(text)):
+            pieces = self._cache.get(word)
+            if pieces is None:
+                pieces = self._word_pieces(word)
+                if len(self._cache) < 1_000_000:  # bounded: corpora have long tails
+                    self._cache[word] = pieces
+            output.extend(pieces)
+        return output
+
+    def _word_pieces(self, word):
+        if len(word) > self.max_input_chars_per_word:
+            return [self.unk_token]
+        pieces, start, n = [], 0, len(word)
+        while start < n:
+            end, match = n, None
+            while start < end:
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                if piece in self.vocab:
+                    match = piece
+                    break
+                end -= 1
+            if match is None:
+                return [self.unk_token]
+            pieces.append(match)
+            start = end
+        return pieces
+
+
+class FullTokenizer:
+    """End-to-end tokenization: BasicTokenizer then WordpieceTokenizer."""
+
+    def __init__(self, vocab_file, do_lower_case=True, required=REQUIRED_TOKENS):
+        self.vocab_file = vocab_file
+        self.do_lower_case = do_lower_case
+        self.vocab = load_vocab(vocab_file, required=required)
+        self.inv_vocab = {v: k for k, v in self.vocab.items()}
+        self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
+        self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
+
+    def tokenize(self, text):
+        return [piece for token in self.basic_tokenizer.tokenize(text)
+                for piece in self.wordpiece_tokenizer.tokenize(token)]
+
+    def convert_tokens_to_ids(self, tokens):
+        try:
+            return [self.vocab[t] for t in tokens]
+        except KeyError as e:
+            raise BertError(f"{self.vocab_file}: token {e.args[0]!r} is not in the vocab") from None
+
+    def convert_ids_to_tokens(self, ids):
+        try:
+            return [self.inv_vocab[int(i)] for i in ids]
+        except KeyError as e:
+            raise BertError(f"{self.vocab_file}: id {e.args[0]} is outside the vocab") from None
+
+    def __len__(self):
+        return len(self.inv_vocab)
