@@ -1,0 +1,118 @@
+"""BertEncoder: embeddings + N post-LN transformer blocks + tanh pooler on [CLS].
+
+Inputs follow the TF Hub / Model Garden convention: a dict of int32 `input_word_ids`,
+`input_mask`, `input_type_ids` ([batch, seq]). Outputs: `sequence_output` [B, S, H],
+`pooled_output` [B, H] and `encoder_outputs` (list of every layer's [B, S, H]).
+
+>>> import bert_tf, keras
+>>> from bert_tf.config import BertConfig
+>>> from bert_tf.encoder import BertEncoder, dummy_inputs
+>>> cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+...                  intermediate_size=32, max_position_embeddings=32)
+>>> out = BertEncoder.from_bert_config(cfg)(dummy_inputs(batch=3, seq=7))
+>>> tuple(out["sequence_output"].shape), tuple(out["pooled_output"].shape), len(out["encoder_outputs"])
+((3, 7, 16), (3, 16), 2)
+"""
+import keras
+from keras import ops
+
+from bert_tf import layers as bl
+from bert_tf.config import BertConfig
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+def dummy_inputs(batch=2, seq=8):
+    """A valid input dict (all word id 1, full mask), handy for building weights."""
+    ids = ops.ones((batch, seq), dtype="int32")
+    return {"input_word_ids": ids, "input_mask": ids, "input_type_ids": ops.zeros_like(ids)}
+
+
+@keras.saving.register_keras_serializable(package="bert_tf")
+class BertEncoder(keras.layers.Layer):
+    """The BERT transformer encoder. Construct from a BertConfig with `from_bert_config`."""
+
+    def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
+                 attention_probs_dropout_prob=0.1, max_position_embeddings=512,
+                 type_vocab_size=2, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        # Validates sizes/activation with one-line errors.
+        self.bert_config = BertConfig(
+            vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads, intermediate_size=intermediate_size,
+            hidden_act=hidden_act, hidden_dropout_prob=hidden_dropout_prob,
+            attention_probs_dropout_prob=attention_probs_dropout_prob,
+            max_position_embeddings=max_position_embeddings, type_vocab_size=type_vocab_size,
+            initializer_range=initializer_range)
+        c = self.bert_config
+        self.embeddings = bl.BertEmbeddings(
+            c.vocab_size, c.hidden_size, c.max_position_embeddings, c.type_vocab_size,
+            c.initializer_range, c.hidden_dropout_prob, name="embeddings")
+        self.transformer_layers = [
+            bl.TransformerBlock(c.hidden_size, c.num_attention_heads, c.intermediate_size,
+                                c.hidden_act, c.hidden_dropout_prob,
+                                c.attention_probs_dropout_prob, c.initializer_range,
+                                name=f"layer_{i}")
+            for i in range(c.num_hidden_layers)]
+        self.pooler = keras.layers.Dense(c.hidden_size, activation="tanh",
+                                         kernel_initializer=bl.initializer(c.initializer_range),
+                                         name="pooler")
+
+    @classmethod
+    def from_bert_config(cls, config, **kwargs):
+        return cls(**config.to_dict(), **kwargs)
+
+    def build(self, input_shape=None):
+        h = self.bert_config.hidden_size
+        self.embeddings.build()
+        for block in self.transformer_layers:
+            block.build((None, None, h))
+        self.pooler.build((None, h))
+
+    @property
+    def word_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def call(self, inputs, training=None):
+        ids = ops.cast(inputs["input_word_ids"], "int32")
+        mask = inputs.get("input_mask")
+        mask = ops.ones_like(ids) if mask is None else ops.cast(mask, "int32")
+        type_ids = inputs.get("input_type_ids")
+        type_ids = ops.zeros_like(ids) if type_ids is None else ops.cast(type_ids, "int32")
+        x = self.embeddings(ids, type_ids, training=training)
+        bias = bl.attention_bias(mask)
+        outputs = []
+        for block in self.transformer_layers:
+            x = block(x, bias, training=training)
+            outputs.append(x)
+        pooled = self.pooler(x[:, 0, :])
+        return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": outputs}
+
+    def compute_output_spec(self, inputs, training=None):
+        ids = inputs["input_word_ids"]
+        b, s = ids.shape[0], ids.shape[1]
+        h = self.bert_config.hidden_size
+        seq = keras.KerasTensor((b, s, h), dtype=self.compute_dtype)
+        return {"sequence_output": seq,
+                "pooled_output": keras.KerasTensor((b, h), dtype=self.compute_dtype),
+                "encoder_outputs": [keras.KerasTensor((b, s, h), dtype=self.compute_dtype)
+                                    for _ in range(self.bert_config.num_hidden_layers)]}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self.bert_config.to_dict())
+        return config
+
+
+def encoder_inputs(seq_length=None):
+    """Symbolic Keras inputs (int32, dynamic batch; dynamic seq unless given)."""
+    return {name: keras.Input(shape=(seq_length,), dtype="int32", name=name)
+            for name in INPUT_NAMES}
+
+
+def build_encoder_model(config, seq_length=None, name="bert_encoder"):
+    """A functional keras.Model around BertEncoder (dict in, dict out)."""
+    encoder = BertEncoder.from_bert_config(config, name="encoder")
+    inputs = encoder_inputs(seq_length)
+    return keras.Model(inputs, encoder(inputs), name=name)

@@ -1,0 +1,77 @@
+"""Task heads on top of BertEncoder outputs. All return float32 logits (mixed-precision safe)."""
+import keras
+import tensorflow as tf
+from keras import ops
+
+from bert_tf import layers as bl
+
+
+def gather_positions(sequence_output, positions):
+    """[B, S, H] gathered at int [B, P] positions -> [B, P, H]."""
+    return tf.gather(sequence_output, tf.cast(positions, tf.int32), batch_dims=1)
+
+
+@keras.saving.register_keras_serializable(package="bert_tf")
+class MaskedLMHead(keras.layers.Layer):
+    """transform (dense + act + LayerNorm), then logits against the tied word embeddings + bias."""
+
+    def __init__(self, hidden_size, vocab_size, hidden_act="gelu", initializer_range=0.02,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.vocab_size = vocab_size
+        self.hidden_act = hidden_act
+        self.initializer_range = initializer_range
+        self.transform = keras.layers.Dense(
+            hidden_size, activation=bl.get_activation(hidden_act),
+            kernel_initializer=bl.initializer(initializer_range), name="transform")
+        self.layer_norm = bl._layer_norm("layer_norm")
+
+    def build(self, input_shape=None):
+        self.transform.build((None, self.hidden_size))
+        self.layer_norm.build((None, self.hidden_size))
+        self.output_bias = self.add_weight(name="output_bias", shape=(self.vocab_size,),
+                                           initializer="zeros")
+
+    def call(self, sequence_output, masked_positions, embedding_table):
+        x = gather_positions(sequence_output, masked_positions)
+        x = ops.cast(self.layer_norm(self.transform(x)), self.compute_dtype)
+        logits = ops.matmul(x, ops.transpose(ops.cast(embedding_table, self.compute_dtype)))
+        return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(hidden_size=self.hidden_size, vocab_size=self.vocab_size,
+                      hidden_act=self.hidden_act, initializer_range=self.initializer_range)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="bert_tf")
+class DenseLogitsHead(keras.layers.Layer):
+    """Optional dropout, then a dense layer to `num_outputs` float32 logits.
+
+    Used for NSP (2 on pooled), sentence classification/regression (pooled), span start/end
+    (2 on sequence) and token tagging (labels on sequence).
+    """
+
+    def __init__(self, num_outputs, dropout_rate=0.0, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.num_outputs = num_outputs
+        self.dropout_rate = dropout_rate
+        self.initializer_range = initializer_range
+        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dense = keras.layers.Dense(num_outputs,
+                                        kernel_initializer=bl.initializer(initializer_range),
+                                        name="dense")
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+
+    def call(self, x, training=None):
+        return ops.cast(self.dense(self.dropout(x, training=training)), "float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_outputs=self.num_outputs, dropout_rate=self.dropout_rate,
+                      initializer_range=self.initializer_range)
+        return config

@@ -1,0 +1,184 @@
+"""Keras 3 building blocks of the BERT encoder: embeddings, self-attention, transformer block.
+
+Kernels are kept in the original's shapes ([H, H] for q/k/v, [H, I] / [I, H] for the FFN) so
+that TF1 checkpoints map onto them without reshapes. Softmax and LayerNorm run in float32 under
+mixed precision.
+"""
+import keras
+from keras import ops
+
+LAYER_NORM_EPSILON = 1e-12
+ATTENTION_MASK_ADDER = -10000.0  # what the original adds to masked attention scores
+
+
+def get_activation(name):
+    """`gelu` = the original release's tanh approximation; `gelu_exact` = erf form (HF's gelu)."""
+    if name in ("gelu", "gelu_new"):
+        return lambda x: keras.activations.gelu(x, approximate=True)
+    if name == "gelu_exact":
+        return lambda x: keras.activations.gelu(x, approximate=False)
+    if name in ("swish", "silu"):
+        return keras.activations.silu
+    if name in ("relu", "tanh", "linear"):
+        return keras.activations.get(name)
+    raise ValueError(f"unknown hidden_act {name!r}")
+
+
+def initializer(stddev):
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+def _layer_norm(name):
+    # float32 policy: statistics of fp16/bf16 activations are not precise enough.
+    return keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, dtype="float32", name=name)
+
+
+@keras.saving.register_keras_serializable(package="bert_tf")
+class BertEmbeddings(keras.layers.Layer):
+    """word + token type + position embeddings, LayerNorm, dropout."""
+
+    def __init__(self, vocab_size, hidden_size, max_position_embeddings=512, type_vocab_size=2,
+                 initializer_range=0.02, dropout_rate=0.1, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.initializer_range = initializer_range
+        self.dropout_rate = dropout_rate
+        self.layer_norm = _layer_norm("layer_norm")
+        self.dropout = keras.layers.Dropout(dropout_rate)
+
+    def build(self, input_shape=None):
+        init = initializer(self.initializer_range)
+        self.word_embeddings = self.add_weight(
+            name="word_embeddings", shape=(self.vocab_size, self.hidden_size), initializer=init)
+        self.token_type_embeddings = self.add_weight(
+            name="token_type_embeddings", shape=(self.type_vocab_size, self.hidden_size),
+            initializer=init)
+        self.position_embeddings = self.add_weight(
+            name="position_embeddings", shape=(self.max_position_embeddings, self.hidden_size),
+            initializer=init)
+        self.layer_norm.build((None, None, self.hidden_size))
+
+    def call(self, input_word_ids, input_type_ids, training=None):
+        seq_len = ops.shape(input_word_ids)[1]
+        x = ops.take(self.word_embeddings, input_word_ids, axis=0)
+        x = x + ops.take(self.token_type_embeddings, input_type_ids, axis=0)
+        x = x + ops.expand_dims(self.position_embeddings[:seq_len], 0)
+        x = ops.cast(self.layer_norm(x), self.compute_dtype)
+        return self.dropout(x, training=training)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+                      max_position_embeddings=self.max_position_embeddings,
+                      type_vocab_size=self.type_vocab_size,
+                      initializer_range=self.initializer_range, dropout_rate=self.dropout_rate)
+        return config
+
+
+def attention_bias(input_mask, dtype="float32"):
+    """[B, S] 1/0 mask -> [B, 1, 1, S] additive bias (0 for real tokens, -10000 for padding)."""
+    mask = ops.cast(input_mask, dtype)
+    return (1.0 - mask)[:, None, None, :] * ATTENTION_MASK_ADDER
+
+
+@keras.saving.register_keras_serializable(package="bert_tf")
+class BertSelfAttention(keras.layers.Layer):
+    """Multi-head self-attention with separate [H, H] q/k/v kernels and a padding mask."""
+
+    def __init__(self, hidden_size, num_attention_heads, initializer_range=0.02,
+                 attention_dropout_rate=0.1, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.head_size = hidden_size // num_attention_heads
+        self.initializer_range = initializer_range
+        self.attention_dropout_rate = attention_dropout_rate
+        dense = lambda name: keras.layers.Dense(hidden_size, kernel_initializer=initializer(
+            initializer_range), name=name)
+        self.query, self.key, self.value = dense("query"), dense("key"), dense("value")
+        self.dropout = keras.layers.Dropout(attention_dropout_rate)
+
+    def build(self, input_shape):
+        for d in (self.query, self.key, self.value):
+            d.build(input_shape)
+
+    def _heads(self, x):
+        b, s = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (b, s, self.num_attention_heads, self.head_size))
+
+    def call(self, x, bias, training=None):
+        q, k, v = self._heads(self.query(x)), self._heads(self.key(x)), self._heads(self.value(x))
+        scores = ops.einsum("bqnd,bknd->bnqk", q, k)
+        # Softmax in float32 (the bias of -10000 overflows fp16 anyway).
+        scores = (ops.cast(scores, "float32") * (1.0 / float(self.head_size) ** 0.5)
+                  + ops.cast(bias, "float32"))
+        probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        probs = self.dropout(probs, training=training)
+        context = ops.einsum("bnqk,bknd->bqnd", probs, v)
+        b, s = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(context, (b, s, self.hidden_size))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+                      initializer_range=self.initializer_range,
+                      attention_dropout_rate=self.attention_dropout_rate)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="bert_tf")
+class TransformerBlock(keras.layers.Layer):
+    """Post-LN transformer layer as in the original: LN(x + attn(x)), then LN(h + FFN(h))."""
+
+    def __init__(self, hidden_size, num_attention_heads, intermediate_size, hidden_act="gelu",
+                 hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                 initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.initializer_range = initializer_range
+        init = initializer(initializer_range)
+        self.attention = BertSelfAttention(hidden_size, num_attention_heads, initializer_range,
+                                           attention_probs_dropout_prob, name="self")
+        self.attention_output = keras.layers.Dense(hidden_size, kernel_initializer=init,
+                                                   name="attention_output")
+        self.attention_layer_norm = _layer_norm("attention_layer_norm")
+        self.intermediate = keras.layers.Dense(intermediate_size, kernel_initializer=init,
+                                               name="intermediate")
+        self.output_dense = keras.layers.Dense(hidden_size, kernel_initializer=init,
+                                               name="output_dense")
+        self.output_layer_norm = _layer_norm("output_layer_norm")
+        self.dropout = keras.layers.Dropout(hidden_dropout_prob)
+        self._act = get_activation(hidden_act)
+
+    def build(self, input_shape):
+        self.attention.build(input_shape)
+        self.attention_output.build(input_shape)
+        self.attention_layer_norm.build(input_shape)
+        self.intermediate.build(input_shape)
+        self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate_size,))
+        self.output_layer_norm.build(input_shape)
+
+    def call(self, x, bias, training=None):
+        attn = self.attention(x, bias, training=training)
+        attn = self.dropout(self.attention_output(attn), training=training)
+        h = ops.cast(self.attention_layer_norm(x + attn), self.compute_dtype)
+        ffn = self.output_dense(self._act(self.intermediate(h)))
+        ffn = self.dropout(ffn, training=training)
+        return ops.cast(self.output_layer_norm(h + ffn), self.compute_dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+                      intermediate_size=self.intermediate_size, hidden_act=self.hidden_act,
+                      hidden_dropout_prob=self.hidden_dropout_prob,
+                      attention_probs_dropout_prob=self.attention_probs_dropout_prob,
+                      initializer_range=self.initializer_range)
+        return config
