@@ -49,12 +49,13 @@ class BertEncoder(keras.layers.Layer):
         self.embeddings = bl.BertEmbeddings(
             c.vocab_size, c.hidden_size, c.max_position_embeddings, c.type_vocab_size,
             c.initializer_range, c.hidden_dropout_prob, name="embeddings")
-        self.transformer_layers = [
-            bl.TransformerBlock(c.hidden_size, c.num_attention_heads, c.intermediate_size,
-                                c.hidden_act, c.hidden_dropout_prob,
-                                c.attention_probs_dropout_prob, c.initializer_range,
-                                name=f"layer_{i}")
-            for i in range(c.num_hidden_layers)]
+        # One attribute per block, not a list: Keras 3's TrackedList is invisible to
+        # tf.train.Checkpoint on the TF backend, so listed blocks would silently not be saved.
+        for i in range(c.num_hidden_layers):
+            setattr(self, f"layer_{i}", bl.TransformerBlock(
+                c.hidden_size, c.num_attention_heads, c.intermediate_size, c.hidden_act,
+                c.hidden_dropout_prob, c.attention_probs_dropout_prob, c.initializer_range,
+                name=f"layer_{i}"))
         self.pooler = keras.layers.Dense(c.hidden_size, activation="tanh",
                                          kernel_initializer=bl.initializer(c.initializer_range),
                                          name="pooler")
@@ -69,6 +70,14 @@ class BertEncoder(keras.layers.Layer):
         for block in self.transformer_layers:
             block.build((None, None, h))
         self.pooler.build((None, h))
+
+    def get_build_config(self):
+        return {"input_shape": None}  # build() needs no shapes, so .keras files always rebuild
+
+    @property
+    def transformer_layers(self):
+        """The blocks in order (attributes `layer_0` ... `layer_{L-1}`)."""
+        return [getattr(self, f"layer_{i}") for i in range(self.bert_config.num_hidden_layers)]
 
     @property
     def word_embeddings(self):

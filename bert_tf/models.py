@@ -22,8 +22,24 @@ class _BertModel(keras.Model):
         self.bert_config = bert_config
         self.encoder = BertEncoder.from_bert_config(bert_config, name="encoder")
 
+    def build(self, input_shape=None):
+        # Build sub-layers directly; Keras' default would trace the whole call symbolically
+        # first (about 1 s per model even for a tiny config).
+        self.encoder.build()
+        h = self.bert_config.hidden_size
+        for head, shape in self._head_shapes(h):
+            head.build(shape)
+        self.built = True
+
+    def _head_shapes(self, h):
+        return []
+
+    def get_build_config(self):
+        return {"input_shape": None}  # build() needs no shapes, so .keras files always rebuild
+
     def get_config(self):
-        return {"bert_config": self.bert_config.to_dict(), "name": self.name}
+        return {"bert_config": self.bert_config.to_dict(), "name": self.name,
+                "trainable": self.trainable}
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
@@ -40,6 +56,9 @@ class BertPretrainer(_BertModel):
         self.masked_lm = MaskedLMHead(c.hidden_size, c.vocab_size, c.hidden_act,
                                       c.initializer_range, name="masked_lm")
         self.next_sentence = DenseLogitsHead(2, 0.0, c.initializer_range, name="next_sentence")
+
+    def _head_shapes(self, h):
+        return [(self.masked_lm, (None, None, h)), (self.next_sentence, (None, h))]
 
     def call(self, inputs, training=None):
         enc = self.encoder(inputs, training=training)
@@ -64,6 +83,9 @@ class BertClassifier(_BertModel):
         self.classifier = DenseLogitsHead(num_classes, dropout_rate,
                                           self.bert_config.initializer_range, name="classifier")
 
+    def _head_shapes(self, h):
+        return [(self.classifier, (None, h))]
+
     def call(self, inputs, training=None):
         enc = self.encoder(inputs, training=training)
         return {"logits": self.classifier(enc["pooled_output"], training=training)}
@@ -81,6 +103,9 @@ class BertSpanLabeler(_BertModel):
         super().__init__(bert_config, **kwargs)
         self.span = DenseLogitsHead(2, 0.0, self.bert_config.initializer_range, name="span")
 
+    def _head_shapes(self, h):
+        return [(self.span, (None, None, h))]
+
     def call(self, inputs, training=None):
         enc = self.encoder(inputs, training=training)
         logits = self.span(enc["sequence_output"])
@@ -97,6 +122,9 @@ class BertTokenClassifier(_BertModel):
         self.dropout_rate = dropout_rate
         self.tagger = DenseLogitsHead(num_labels, dropout_rate,
                                       self.bert_config.initializer_range, name="tagger")
+
+    def _head_shapes(self, h):
+        return [(self.tagger, (None, None, h))]
 
     def call(self, inputs, training=None):
         enc = self.encoder(inputs, training=training)

@@ -1,0 +1,185 @@
+"""Benchmark create_pretraining_data: original mode vs streaming (1 and 2 workers) vs Model Garden.
+
+On one deterministic synthetic corpus (sentences of Zipf-distributed words from a generated word
+list) at two sizes, each row runs in its own subprocess and reports instances/s (timed inside
+the run, TensorFlow import excluded) and peak RSS (resource.getrusage: the parent process and
+the largest worker). Ratios are against the original-mode row of the same size.
+
+  .venv/bin/python bench/pretraining_data.py            # 20 MB and 40 MB corpora
+  .venv/bin/python bench/pretraining_data.py --quick    # 2 MB and 4 MB, dupe_factor 2
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+_ONSETS = ["b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w",
+           "br", "ch", "cl", "dr", "fl", "gr", "pl", "sh", "st", "th", "tr"]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "ou"]
+_CODAS = ["", "n", "r", "s", "t", "l", "nd", "st", "ck", "ng"]
+
+
+def make_words(count=20000, seed=7):
+    """Deterministic pseudo-English word list (1-4 syllables), most common first."""
+    rng = random.Random(seed)
+    words, seen = [], set()
+    while len(words) < count:
+        n = rng.choice((1, 1, 2, 2, 2, 3, 3, 4))
+        w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(n))
+        if w not in seen:
+            seen.add(w)
+            words.append(w)
+    return words
+
+
+def write_corpus(path, target_bytes, seed=11, words=None):
+    """Documents of 4-40 sentences of 4-30 Zipf-distributed words, blank line between docs."""
+    words = words or make_words()
+    rng = random.Random(seed)
+    cum, total = [], 0.0
+    for rank in range(len(words)):
+        total += 1.0 / (rank + 1)
+        cum.append(total)
+    written = 0
+    with open(path, "w", encoding="utf-8") as f:
+        while written < target_bytes:
+            lines = []
+            for _ in range(rng.randint(4, 40)):
+                sent = rng.choices(words, cum_weights=cum, k=rng.randint(4, 30))
+                sent[0] = sent[0].capitalize()
+                if len(sent) > 8:
+                    sent[len(sent) // 2] += ","
+                lines.append(" ".join(sent) + rng.choice(".....?!"))
+            text = "\n".join(lines) + "\n\n"
+            f.write(text)
+            written += len(text.encode("utf-8"))
+    return written
+
+
+def write_vocab(path, words, size=8000):
+    """Specials, punctuation, letters and ## letters (everything tokenizes), then top words."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab = SPECIAL + list(".,?!") + letters + ["##" + c for c in letters]
+    vocab += words[: size - len(vocab)]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(vocab) + "\n")
+
+
+_ROW = r"""
+import json, resource, sys, time
+sys.path.insert(0, {repo!r})
+import bert_tf
+import tensorflow as tf
+from bert_tf.pretraining_data.runner import Options, run
+opts = Options(**json.loads({opts!r}), progress=False)
+t = time.time()
+data = run(opts)
+seconds = time.time() - t
+print(json.dumps({{"instances": data["totals"]["instances"], "seconds": seconds,
+    "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "rss_child_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}))
+"""
+
+_GARDEN = r"""
+import json, resource, sys, time
+sys.argv = ["x", "--input_file={inp}", "--output_file={out}", "--vocab_file={vocab}",
+            "--dupe_factor={dupe}", "--max_seq_length=128", "--max_predictions_per_seq=20"]
+from absl import flags
+from official.nlp.data import create_pretraining_data as cpd
+flags.FLAGS(sys.argv)
+t = time.time()
+cpd.main(None)
+seconds = time.time() - t
+import tensorflow as tf
+n = sum(1 for _ in tf.data.TFRecordDataset("{out}"))
+print(json.dumps({{"instances": n, "seconds": seconds,
+    "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_child_mb": 0}}))
+"""
+
+
+def run_row(code):
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"error": " | ".join(tail)}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def garden_installed():
+    code = "import official.nlp.data.create_pretraining_data"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 MB / 4 MB corpora, dupe_factor 2")
+    parser.add_argument("--sizes_mb", default=None, help="comma-separated corpus sizes in MB")
+    parser.add_argument("--dupe_factor", type=int, default=None)
+    parser.add_argument("--skip_original", action="store_true",
+                        help="skip the (slow) original-mode row at the larger size")
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+    sizes = [float(s) for s in (args.sizes_mb or ("2,4" if args.quick else "20,40")).split(",")]
+    dupe = args.dupe_factor or (2 if args.quick else 10)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="bench_ptd_")
+    os.makedirs(workdir, exist_ok=True)
+    words = make_words()
+    vocab = os.path.join(workdir, "vocab.txt")
+    write_vocab(vocab, words)
+    has_garden = garden_installed()
+    print(f"cores: {os.cpu_count()}  dupe_factor: {dupe}  max_seq_length: 128  workdir: {workdir}")
+    if not has_garden:
+        print("tf-models-official (official.nlp.data.create_pretraining_data): not installed "
+              "(pip install -c constraints.txt -e '.[peers]'); row skipped")
+    results = {}
+    for size in sizes:
+        corpus = os.path.join(workdir, f"corpus_{size:g}mb.txt")
+        t = time.time()
+        nbytes = write_corpus(corpus, int(size * 1e6), words=words)
+        print(f"\ncorpus {nbytes / 1e6:.1f} MB ({time.time() - t:.1f}s to generate)")
+        base = {"input_file": corpus, "vocab_file": vocab, "dupe_factor": dupe}
+        rows = []
+        if not (args.skip_original and size != sizes[0]):
+            rows.append(("original mode", dict(base, mode="original",
+                                               output_file=os.path.join(workdir, "o.tfrecord"))))
+        for w in (1, 2):
+            rows.append((f"streaming, {w} worker{'s' if w > 1 else ''}",
+                         dict(base, mode="streaming", num_workers=w, output_shards=2,
+                              output_file=os.path.join(workdir, f"s{w}.tfrecord"))))
+        print(f"{'row':<24}{'instances':>10}{'seconds':>9}{'inst/s':>10}{'x original':>11}"
+              f"{'RSS parent MB':>15}{'RSS worker MB':>15}")
+        base_rate = None
+        for name, opts in rows:
+            r = run_row(_ROW.format(repo=REPO, opts=json.dumps(opts)))
+            results[f"{size:g}MB {name}"] = r
+            if "error" in r:
+                print(f"{name:<24} error: {r['error']}")
+                continue
+            rate = r["instances"] / r["seconds"]
+            if name == "original mode":
+                base_rate = rate
+            ratio = f"{rate / base_rate:.1f}x" if base_rate else "-"
+            print(f"{name:<24}{r['instances']:>10}{r['seconds']:>9.1f}{rate:>10.0f}{ratio:>11}"
+                  f"{r['rss_self_mb']:>15.0f}{r['rss_child_mb']:>15.0f}")
+        if has_garden:
+            out = os.path.join(workdir, "garden.tfrecord")
+            r = run_row(_GARDEN.format(inp=corpus, out=out, vocab=vocab, dupe=dupe))
+            if "error" in r:
+                print(f"{'tf-models-official':<24} error: {r['error']}")
+            else:
+                rate = r["instances"] / r["seconds"]
+                ratio = f"{rate / base_rate:.1f}x" if base_rate else "-"
+                print(f"{'tf-models-official':<24}{r['instances']:>10}{r['seconds']:>9.1f}"
+                      f"{rate:>10.0f}{ratio:>11}{r['rss_self_mb']:>15.0f}{0:>15}")
+    with open(os.path.join(workdir, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Shared export plumbing: atomic SavedModel writes, export metadata, model unwrapping, id checks.
+
+Exports are plain `tf.Module`s whose `tf.function`s close over the Keras model: the SavedModel
+holds only variables, function graphs and assets, so `tf.saved_model.load` (and TF Serving)
+needs neither keras nor bert_tf. The Keras variables are tracked in a list attribute
+(`model_variables`) so they are saved and restored with the functions that capture them.
+"""
+import json
+import os
+import posixpath
+import uuid
+
+import bert_tf  # noqa: F401  (sets KERAS_BACKEND)
+import keras
+import tensorflow as tf
+
+from bert_tf import BertError
+from bert_tf.encoder import INPUT_NAMES, BertEncoder, dummy_inputs
+
+EXTRA_DIR = "assets.extra"            # TF Serving's folder for files next to the model
+METADATA_FILE = "bert_tf_export.json"  # what was exported (task, labels, config...), in EXTRA_DIR
+FORMAT = "bert_tf.export/1"
+
+
+class Ref:
+    """Holds an object without making it a tracked dependency of a tf.Module.
+
+    The Keras model itself must stay out of the SavedModel's object graph (only its variables
+    go in), otherwise loading would drag Keras objects along.
+    """
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+
+def join(*parts):
+    """Path join that keeps gs:// URLs intact."""
+    return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
+
+
+def ids_spec(seq_length=None):
+    """Signature specs of the three int32 encoder inputs."""
+    return {n: tf.TensorSpec([None, seq_length], tf.int32, name=n) for n in INPUT_NAMES}
+
+
+def find_encoder(model):
+    """The BertEncoder inside `model` (a BertEncoder, a bert_tf.models model or a functional
+    model from build_encoder_model), or None."""
+    if isinstance(model, BertEncoder):
+        return model
+    enc = getattr(model, "encoder", None)
+    if isinstance(enc, BertEncoder):
+        return enc
+    if isinstance(model, keras.Model):
+        for layer in model.layers:
+            if isinstance(layer, BertEncoder):
+                return layer
+    return None
+
+
+def ensure_built(model):
+    """Create weights with one dummy batch if the model has none yet."""
+    if getattr(model, "built", False) and model.weights:
+        return model
+    from bert_tf.models import build_model
+    if isinstance(model, BertEncoder):
+        model(dummy_inputs(), training=False)
+    else:
+        build_model(model)
+    return model
+
+
+def bert_config_of(model, what="model"):
+    enc = find_encoder(model)
+    if enc is None:
+        raise BertError(f"{what}: expected a BertEncoder, an encoder model or a bert_tf.models "
+                        f"model, got {type(model).__name__}")
+    return enc.bert_config
+
+
+def checked_ids(input_word_ids, input_mask, input_type_ids, vocab_size, type_vocab_size,
+                max_positions):
+    """Validates an ids request in-graph.
+
+    TF Serving feeds tensors without Python-side checks, so the graph itself rejects wrong
+    ranks, mismatched shapes and out-of-range ids with InvalidArgumentError (a gather with an
+    out-of-range index would silently return zeros on GPU).
+    """
+    ids = tf.ensure_shape(input_word_ids, [None, None])
+    mask = tf.ensure_shape(input_mask, [None, None])
+    types = tf.ensure_shape(input_type_ids, [None, None])
+    shape = tf.shape(ids)
+    checks = [
+        tf.debugging.assert_equal(tf.shape(mask), shape,
+                                  message="input_mask must have input_word_ids' shape"),
+        tf.debugging.assert_equal(tf.shape(types), shape,
+                                  message="input_type_ids must have input_word_ids' shape"),
+        tf.debugging.assert_less_equal(shape[1], max_positions,
+                                       message="sequence longer than max_position_embeddings"),
+        tf.debugging.assert_non_negative(ids, message="input_word_ids must be >= 0"),
+        tf.debugging.assert_less(ids, vocab_size, message="input_word_ids must be < vocab_size"),
+        tf.debugging.assert_non_negative(types, message="input_type_ids must be >= 0"),
+        tf.debugging.assert_less(types, type_vocab_size,
+                                 message="input_type_ids must be < type_vocab_size"),
+    ]
+    with tf.control_dependencies(checks):
+        return {"input_word_ids": tf.identity(ids), "input_mask": tf.identity(mask),
+                "input_type_ids": tf.identity(types)}
+
+
+def _rename_dir(src, dst):
+    # Local renames are atomic; on object stores gfile renames object by object.
+    tf.io.gfile.rename(src, dst, overwrite=False)
+
+
+def tmp_dir_for(final_dir):
+    """A sibling of final_dir for building it: same file system, and a name that TF Serving
+    (which only loads all-digit version folders) never picks up."""
+    final_dir = final_dir.rstrip("/")
+    return f"{final_dir}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def write_saved_model(module, export_dir, signatures, metadata, before_publish=None,
+                      replace=True):
+    """tf.saved_model.save into a temp sibling dir, add metadata, then rename into place.
+
+    before_publish(tmp_dir) may add files (e.g. warm-up requests) before the rename. With
+    replace=True an existing export_dir is swapped out (renamed away, then deleted).
+    """
+    export_dir = export_dir.rstrip("/")
+    if tf.io.gfile.exists(export_dir) and not replace:
+        raise BertError(f"{export_dir}: already exists")
+    parent = os.path.dirname(export_dir)
+    if parent:
+        tf.io.gfile.makedirs(parent)
+    tmp = tmp_dir_for(export_dir)
+    try:
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        extra = join(tmp, EXTRA_DIR)
+        tf.io.gfile.makedirs(extra)
+        with tf.io.gfile.GFile(join(extra, METADATA_FILE), "w") as f:
+            f.write(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+        if before_publish is not None:
+            before_publish(tmp)
+        if tf.io.gfile.exists(export_dir):
+            if not replace:
+                raise BertError(f"{export_dir}: already exists")
+            old = f"{export_dir}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            _rename_dir(export_dir, old)
+            _rename_dir(tmp, export_dir)
+            tf.io.gfile.rmtree(old)
+        else:
+            _rename_dir(tmp, export_dir)
+    finally:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.rmtree(tmp)
+    return export_dir
+
+
+def read_metadata(export_dir):
+    path = join(export_dir, EXTRA_DIR, METADATA_FILE)
+    if not tf.io.gfile.exists(path):
+        raise BertError(f"{export_dir}: not a bert_tf export (no {EXTRA_DIR}/{METADATA_FILE})")
+    with tf.io.gfile.GFile(path, "r") as f:
+        return json.loads(f.read())
+
+
+def model_metadata(model):
+    """How to rebuild `model` (class, config, constructor args) and its variable paths."""
+    from bert_tf import models as bm
+    enc = find_encoder(model)
+    meta = {"bert_config": enc.bert_config.to_dict()}
+    if isinstance(model, bm.BertClassifier):
+        meta.update(model_class="BertClassifier", model_kwargs={"num_classes": model.num_classes})
+    elif isinstance(model, bm.BertTokenClassifier):
+        meta.update(model_class="BertTokenClassifier",
+                    model_kwargs={"num_labels": model.num_labels})
+    elif isinstance(model, bm.BertSpanLabeler):
+        meta.update(model_class="BertSpanLabeler", model_kwargs={})
+    elif isinstance(model, bm.BertPretrainer):
+        meta.update(model_class="BertPretrainer", model_kwargs={})
+    else:
+        meta.update(model_class="BertEncoder", model_kwargs={})
+    meta["variable_paths"] = [relative_path(v) for v in model.weights]
+    return meta
+
+
+def relative_path(variable):
+    """Variable path without the (instance-numbered) top-level model name."""
+    path = variable.path
+    return path.split("/", 1)[1] if "/" in path else path

@@ -1,0 +1,63 @@
+"""Encoder SavedModel (TF Hub convention): int32 ids dict -> pooled/sequence/per-layer outputs.
+
+  - `__call__(inputs)`: dict `input_word_ids`, `input_mask`, `input_type_ids` int32 [batch, seq]
+    (both dims dynamic) -> dict `pooled_output` [B, H], `sequence_output` [B, S, H],
+    `encoder_outputs` (list of the L layers' [B, S, H]); float32, dropout off.
+  - signature `serving_default`: the same inputs; `encoder_outputs` stacked batch-major to
+    [B, L, S, H] (signature outputs must be flat tensors sharing the batch dimension).
+"""
+import bert_tf  # noqa: F401
+import tensorflow as tf
+
+from bert_tf import BertError
+from bert_tf.export import common
+
+
+class EncoderModule(tf.Module):
+    def __init__(self, encoder_or_model, name="bert_encoder"):
+        super().__init__(name=name)
+        cfg = common.bert_config_of(encoder_or_model, "export_encoder")
+        enc = common.find_encoder(encoder_or_model)
+        # A task model contributes only its encoder; a functional encoder model is used whole.
+        model = enc if hasattr(encoder_or_model, "encoder") else encoder_or_model
+        common.ensure_built(model)
+        self._model = common.Ref(model)
+        self._cfg = cfg
+        self.model_variables = list(model.weights)
+
+    def encode(self, inputs):
+        cfg = self._cfg
+        inputs = common.checked_ids(inputs["input_word_ids"], inputs["input_mask"],
+                                    inputs["input_type_ids"], cfg.vocab_size,
+                                    cfg.type_vocab_size, cfg.max_position_embeddings)
+        out = self._model.obj(inputs, training=False)
+        if not isinstance(out, dict) or "pooled_output" not in out:
+            raise BertError("export_encoder: the model must return the encoder's output dict")
+        return {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
+                "sequence_output": tf.cast(out["sequence_output"], tf.float32),
+                "encoder_outputs": [tf.cast(x, tf.float32) for x in out["encoder_outputs"]]}
+
+    @tf.function(input_signature=[common.ids_spec()], autograph=False)
+    def __call__(self, inputs):
+        return self.encode(inputs)
+
+    @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
+    def serve(self, input_word_ids, input_mask, input_type_ids):
+        out = self.encode({"input_word_ids": input_word_ids, "input_mask": input_mask,
+                           "input_type_ids": input_type_ids})
+        return {"pooled_output": out["pooled_output"],
+                "sequence_output": out["sequence_output"],
+                "encoder_outputs": tf.stack(out["encoder_outputs"], axis=1)}
+
+
+def export_encoder(encoder_or_model, export_dir):
+    """Writes the encoder SavedModel to export_dir (atomically); returns export_dir.
+
+    encoder_or_model: a BertEncoder, a functional model from build_encoder_model, or any
+    bert_tf.models model (its `.encoder` is exported).
+    """
+    module = EncoderModule(encoder_or_model)
+    metadata = {"format": common.FORMAT, "kind": "encoder",
+                **common.model_metadata(module._model.obj)}
+    signatures = {"serving_default": module.serve.get_concrete_function()}
+    return common.write_saved_model(module, export_dir, signatures, metadata)

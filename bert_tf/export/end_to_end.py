@@ -1,0 +1,283 @@
+"""End-to-end SavedModel for serving: raw text in, task outputs out, tokenized in-graph.
+
+Signatures (all outputs batch-major, so TF Serving's REST "instances" format works):
+  serving_default(text: string [B])           single sentences
+  serving_pairs(text: string [B], text_b: [B]) sentence pairs / (question, context) for `span`
+  predict_ids(input_word_ids, input_mask, input_type_ids: int32 [B, S])  pre-tokenized input
+  preprocess(text) -> the three int32 inputs (what serving_default feeds the model)
+`__call__(text)` is serving_default as a plain function (for keras.layers.TFSMLayer).
+
+Outputs per task (B batch, S sequence, M max_masks, K top_k):
+  embeddings     pooled_output [B, H], sequence_output [B, S, H]
+  classification logits, probabilities [B, C], label_id int32 [B], label string [B]
+  regression     score [B]
+  span           start_logits, end_logits [B, S], start_index, end_index int32 [B] (-1: no
+                 candidate), span_score [B], answer string [B] (the span's wordpieces joined,
+                 `##` merged), tokens string [B, S]. Candidates: real non-special tokens of the
+                 second segment if there is one (the context), else of the first.
+  tagging        logits [B, S, L], tag_ids int32 [B, S] (-1 on padding), tags string [B, S]
+                 ("" on padding), tokens string [B, S]
+  fill_mask      mask_count int32 [B] (masks answered, at most M), mask_positions int32 [B, M],
+                 top_k_ids int32 [B, M, K], top_k_tokens string [B, M, K], top_k_scores
+                 float32 [B, M, K] (softmax probabilities); unused slots hold -1 / "" / 0.
+                 The literal "[MASK]" in the text becomes the mask id: the text is split on it
+                 before tokenization (it would otherwise be split into "[", "mask", "]").
+"""
+import bert_tf  # noqa: F401
+import tensorflow as tf
+
+from bert_tf import BertError
+from bert_tf import models as bm
+from bert_tf import text_graph
+from bert_tf import tokenization
+from bert_tf.export import common
+from bert_tf.export.preprocessor import (_TEXT, _TEXT_B, check_same_batch, check_seq_length,
+                                         check_text)
+
+TASKS = ("embeddings", "fill_mask", "classification", "regression", "span", "tagging")
+MASK_LITERAL = tokenization.MASK
+
+
+def _check_task_model(model, task):
+    expected = {"fill_mask": bm.BertPretrainer, "classification": bm.BertClassifier,
+                "regression": bm.BertClassifier, "span": bm.BertSpanLabeler,
+                "tagging": bm.BertTokenClassifier}
+    if task not in TASKS:
+        raise BertError(f"--task: unknown task {task!r}; expected one of {', '.join(TASKS)}")
+    if task == "embeddings":
+        common.bert_config_of(model, "export_end_to_end")
+        return
+    if not isinstance(model, expected[task]):
+        raise BertError(f"--task={task}: needs a {expected[task].__name__}, "
+                        f"got {type(model).__name__}")
+    if task == "classification" and model.num_classes < 2:
+        raise BertError("--task=classification: the classifier has 1 output; use "
+                        "--task=regression")
+    if task == "regression" and model.num_classes != 1:
+        raise BertError(f"--task=regression: needs a BertClassifier with num_classes=1, got "
+                        f"{model.num_classes}")
+
+
+def _labels_for(model, task, labels):
+    if task not in ("classification", "tagging"):
+        return None
+    n = model.num_classes if task == "classification" else model.num_labels
+    if labels is None:
+        return [str(i) for i in range(n)]
+    labels = [str(x) for x in labels]
+    if len(labels) != n:
+        raise BertError(f"--labels: {len(labels)} labels given, the model has {n} outputs")
+    return labels
+
+
+class EndToEndModule(tf.Module):
+    """Tokenizer + packer + model + task post-processing, all in-graph."""
+
+    def __init__(self, model, vocab_file, do_lower_case, task="embeddings", seq_length=128,
+                 labels=None, top_k=5, max_masks=8, max_answer_length=30, name="bert_end_to_end"):
+        super().__init__(name=name)
+        _check_task_model(model, task)
+        check_seq_length(seq_length)
+        cfg = common.bert_config_of(model, "export_end_to_end")
+        if seq_length > cfg.max_position_embeddings:
+            raise BertError(f"--seq_length: {seq_length} exceeds max_position_embeddings "
+                            f"{cfg.max_position_embeddings}")
+        self.tokenizer = text_graph.BertTextTokenizer(vocab_file, do_lower_case)
+        tok = self.tokenizer
+        if tok.vocab_size > cfg.vocab_size:
+            raise BertError(f"{vocab_file}: vocab has {tok.vocab_size} lines but the model's "
+                            f"vocab_size is only {cfg.vocab_size}")
+        if task == "fill_mask" and not 1 <= top_k <= cfg.vocab_size:
+            raise BertError(f"--top_k: must be in [1, {cfg.vocab_size}], got {top_k}")
+        if task == "fill_mask" and max_masks < 1:
+            raise BertError(f"--max_masks: must be >= 1, got {max_masks}")
+        core = common.find_encoder(model) if task == "embeddings" and hasattr(
+            model, "encoder") else model
+        common.ensure_built(core)
+        self._core = common.Ref(core)
+        self.model_variables = list(core.weights)
+        self._cfg = cfg
+        self.task = task
+        self._seq_length = int(seq_length)
+        self._top_k = int(top_k)
+        self._max_masks = int(max_masks)
+        self._max_answer_length = int(max_answer_length)
+        # Plain Python data goes in Refs: tf.Module would wrap lists into tracked ListWrappers.
+        self._labels = common.Ref(_labels_for(model, task, labels))
+        # id -> token string for fill_mask/span/tagging outputs; ids of a padded embedding
+        # table beyond the vocab file map to "".
+        tokens = tokenization.vocab_tokens(vocab_file)
+        self._vocab_tokens = common.Ref(tokens + [""] * (cfg.vocab_size - len(tokens)))
+
+    @property
+    def seq_length(self):
+        return self._seq_length
+
+    @property
+    def labels(self):
+        return self._labels.obj
+
+    # -- text -> ids -------------------------------------------------------------------------
+    def _tokenize(self, text):
+        """string [B] -> int64 ragged [B, tokens]."""
+        tok = self.tokenizer
+        if self.task != "fill_mask":
+            return tok.tokenize(text).merge_dims(1, 2)
+        # Split on the literal first, so "[MASK]" is not cleaned/lower-cased/split into pieces.
+        parts = tf.strings.split(text, sep=MASK_LITERAL)            # [B, (masks + 1)]
+        pieces = tok.tokenize(parts.flat_values).merge_dims(1, 2)   # [parts, (tokens)]
+        lengths = parts.row_lengths()
+        index_in_row = tf.ragged.range(lengths).flat_values
+        not_last = index_in_row < tf.repeat(lengths, lengths) - 1
+        masks = tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(tf.cast(not_last, tf.int64))], tf.constant(tok.mask_id, tf.int64)),
+            tf.cast(not_last, tf.int64))
+        joined = tf.concat([pieces, masks], axis=1)
+        return tf.RaggedTensor.from_row_splits(joined, parts.row_splits).merge_dims(1, 2)
+
+    def _pack(self, segments):
+        tok = self.tokenizer
+        return text_graph.pack_inputs(segments, self._seq_length, tok.cls_id, tok.sep_id,
+                                      tok.pad_id)
+
+    def _text_to_ids(self, text, text_b=None):
+        text = check_text(text, "text")
+        if text_b is None:
+            return self._pack([self._tokenize(text)])
+        text, text_b = check_same_batch(text, check_text(text_b, "text_b"))
+        return self._pack([self._tokenize(text), self._tokenize(text_b)])
+
+    # -- ids -> task outputs -----------------------------------------------------------------
+    def _token_strings(self, ids, mask):
+        vocab = tf.constant(self._vocab_tokens.obj)
+        return tf.where(mask > 0, tf.gather(vocab, ids), "")
+
+    def _outputs(self, inputs):
+        cfg = self._cfg
+        inputs = common.checked_ids(inputs["input_word_ids"], inputs["input_mask"],
+                                    inputs["input_type_ids"], cfg.vocab_size,
+                                    cfg.type_vocab_size, cfg.max_position_embeddings)
+        model = self._core.obj
+        task = self.task
+        if task == "fill_mask":
+            return self._fill_mask(model, inputs)
+        out = model(inputs, training=False)
+        if task == "embeddings":
+            return {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
+                    "sequence_output": tf.cast(out["sequence_output"], tf.float32)}
+        if task == "regression":
+            return {"score": tf.cast(out["logits"], tf.float32)[:, 0]}
+        if task == "classification":
+            logits = tf.cast(out["logits"], tf.float32)
+            label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
+                    "label_id": label_id, "label": tf.gather(tf.constant(self._labels.obj), label_id)}
+        if task == "tagging":
+            logits = tf.cast(out["logits"], tf.float32)
+            mask = inputs["input_mask"]
+            tag_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            tags = tf.gather(tf.constant(self._labels.obj), tag_ids)
+            return {"logits": logits, "tag_ids": tf.where(mask > 0, tag_ids, -1),
+                    "tags": tf.where(mask > 0, tags, ""),
+                    "tokens": self._token_strings(inputs["input_word_ids"], mask)}
+        return self._span(inputs, tf.cast(out["start_logits"], tf.float32),
+                          tf.cast(out["end_logits"], tf.float32))
+
+    def _span(self, inputs, start, end):
+        ids, mask, types = inputs["input_word_ids"], inputs["input_mask"], inputs["input_type_ids"]
+        tok = self.tokenizer
+        real = (mask > 0) & (ids != tok.cls_id) & (ids != tok.sep_id)
+        has_b = tf.reduce_any(real & (types == 1), axis=1, keepdims=True)
+        cand = real & tf.where(has_b, types == 1, True)
+        n = tf.shape(ids)[1]
+        pos = tf.range(n)
+        length = pos[None, :] - pos[:, None]          # [S(start), S(end)]: end - start
+        ok_len = (length >= 0) & (length < self._max_answer_length)
+        valid = ok_len[None] & cand[:, :, None] & cand[:, None, :]
+        scores = tf.where(valid, start[:, :, None] + end[:, None, :], float("-inf"))
+        flat = tf.reshape(scores, [tf.shape(ids)[0], -1])
+        best = tf.argmax(flat, axis=1, output_type=tf.int32)
+        found = tf.reduce_any(valid, axis=[1, 2])
+        start_index = tf.where(found, best // n, -1)
+        end_index = tf.where(found, best % n, -1)
+        tokens = self._token_strings(ids, mask)
+        in_span = (pos[None, :] >= start_index[:, None]) & (pos[None, :] <= end_index[:, None])
+        answer = tf.strings.reduce_join(tf.where(in_span, tokens, ""), axis=1, separator=" ")
+        answer = tf.strings.strip(tf.strings.regex_replace(answer, " +", " "))
+        answer = tf.strings.regex_replace(answer, " ##", "")
+        return {"start_logits": start, "end_logits": end, "start_index": start_index,
+                "end_index": end_index,
+                "span_score": tf.where(found, tf.reduce_max(flat, axis=1), 0.0),
+                "answer": answer, "tokens": tokens}
+
+    def _fill_mask(self, model, inputs):
+        ids, mask = inputs["input_word_ids"], inputs["input_mask"]
+        is_mask = (ids == self.tokenizer.mask_id) & (mask > 0)
+        where = tf.where(is_mask)                                   # [N, 2] (row, position)
+        positions = tf.RaggedTensor.from_value_rowids(
+            tf.cast(where[:, 1], tf.int32), where[:, 0], nrows=tf.shape(ids, out_type=tf.int64)[0])
+        m = self._max_masks
+        used = tf.minimum(positions.row_lengths(out_type=tf.int32), m)
+        slot_ok = tf.range(m)[None, :] < used[:, None]               # [B, M]
+        gathered = positions.to_tensor(default_value=0, shape=[None, m])
+        out = model(dict(inputs, masked_lm_positions=gathered), training=False)
+        probs = tf.nn.softmax(tf.cast(out["mlm_logits"], tf.float32), axis=-1)
+        top = tf.math.top_k(probs, k=self._top_k)
+        ok = slot_ok[:, :, None]
+        top_ids = tf.where(ok, top.indices, -1)
+        vocab = tf.constant(self._vocab_tokens.obj)
+        return {"mask_count": used,
+                "mask_positions": tf.where(slot_ok, gathered, -1),
+                "top_k_ids": top_ids,
+                "top_k_tokens": tf.where(ok, tf.gather(vocab, top.indices), ""),
+                "top_k_scores": tf.where(ok, top.values, 0.0)}
+
+    # -- exported functions ------------------------------------------------------------------
+    @tf.function(input_signature=[_TEXT], autograph=False)
+    def __call__(self, text):
+        return self._outputs(self._text_to_ids(text))
+
+    @tf.function(input_signature=[_TEXT, _TEXT_B], autograph=False)
+    def serve_pairs(self, text, text_b):
+        return self._outputs(self._text_to_ids(text, text_b))
+
+    @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
+    def predict_ids(self, input_word_ids, input_mask, input_type_ids):
+        return self._outputs({"input_word_ids": input_word_ids, "input_mask": input_mask,
+                              "input_type_ids": input_type_ids})
+
+    @tf.function(input_signature=[_TEXT], autograph=False)
+    def preprocess(self, text):
+        return self._text_to_ids(text)
+
+    def signatures(self):
+        return {"serving_default": self.__call__.get_concrete_function(),
+                "serving_pairs": self.serve_pairs.get_concrete_function(),
+                "predict_ids": self.predict_ids.get_concrete_function(),
+                "preprocess": self.preprocess.get_concrete_function()}
+
+    def metadata(self):
+        tok = self.tokenizer
+        meta = {"format": common.FORMAT, "kind": "end_to_end", "task": self.task,
+                "seq_length": self._seq_length, "do_lower_case": tok.do_lower_case,
+                "labels": self._labels.obj, "signatures": sorted(self.signatures())}
+        if self.task == "fill_mask":
+            meta.update(top_k=self._top_k, max_masks=self._max_masks)
+        if self.task == "span":
+            meta.update(max_answer_length=self._max_answer_length)
+        meta.update(common.model_metadata(self._core.obj))
+        return meta
+
+
+def export_end_to_end(model, vocab_file, do_lower_case, export_dir, task="embeddings",
+                      seq_length=128, labels=None, top_k=5, max_masks=8, max_answer_length=30):
+    """Writes the end-to-end SavedModel to export_dir (atomically); returns export_dir.
+
+    model: task "embeddings" takes any BertEncoder / encoder model / bert_tf.models model;
+    "fill_mask" a BertPretrainer; "classification" a BertClassifier (labels: one string per
+    class, default "0".."C-1"); "regression" a BertClassifier with num_classes=1; "span" a
+    BertSpanLabeler; "tagging" a BertTokenClassifier (labels: one per tag).
+    """
+    module = EndToEndModule(model, vocab_file, do_lower_case, task, seq_length, labels, top_k,
+                            max_masks, max_answer_length)
+    return common.write_saved_model(module, export_dir, module.signatures(), module.metadata())

@@ -1,0 +1,83 @@
+"""Loading exports back into Keras 3.
+
+- `load_as_keras_layer(export_dir, signature=None)`: a `keras.layers.TFSMLayer` over any export
+  (preprocessor, encoder, end-to-end). Frozen inference building block: TFSMLayer copies the
+  SavedModel's variables, so training it would not change what the saved functions compute.
+- `load_as_keras_model(export_dir)`: the original bert_tf Keras model rebuilt from the export's
+  metadata with the exported weights, for trainable fine-tuning (the "own model + checkpoint"
+  route).
+"""
+import bert_tf  # noqa: F401
+import keras
+import tensorflow as tf
+
+from bert_tf import BertError
+from bert_tf.export import common
+
+
+class SavedModelLayer(keras.layers.TFSMLayer):
+    """TFSMLayer that can also call signatures (which only take keyword arguments): a dict
+    input is passed as keywords, a single tensor to the signature's only input."""
+
+    def __init__(self, filepath, call_endpoint="serving_default", **kwargs):
+        super().__init__(filepath, call_endpoint=call_endpoint, **kwargs)
+        signatures = self._reloaded_obj.signatures
+        self._signature_inputs = None
+        if not hasattr(self._reloaded_obj, call_endpoint) and call_endpoint in signatures:
+            self._signature_inputs = sorted(
+                signatures[call_endpoint].structured_input_signature[1])
+
+    def call(self, inputs, training=False, **kwargs):
+        if self._signature_inputs is None:
+            return super().call(inputs, training=training, **kwargs)
+        if isinstance(inputs, dict):
+            return self.call_endpoint_fn(**inputs, **kwargs)
+        if len(self._signature_inputs) != 1:
+            raise BertError(f"{self.filepath}: signature {self.call_endpoint!r} takes "
+                            f"{self._signature_inputs}; pass a dict")
+        return self.call_endpoint_fn(**{self._signature_inputs[0]: inputs}, **kwargs)
+
+
+def load_as_keras_layer(export_dir, signature=None, name=None):
+    """keras.layers.TFSMLayer over export_dir.
+
+    signature: a signature name (e.g. "serving_pairs", "predict_ids") or a saved function
+    attribute; default: the export's `__call__` (preprocessor: strings -> inputs dict,
+    encoder: inputs dict -> outputs dict, end-to-end: strings -> task outputs).
+    """
+    if not tf.io.gfile.exists(common.join(export_dir, "saved_model.pb")):
+        raise BertError(f"{export_dir}: no saved_model.pb (not a SavedModel export)")
+    return SavedModelLayer(export_dir, call_endpoint=signature or "__call__", trainable=False,
+                           name=name)
+
+
+def load_as_keras_model(export_dir):
+    """Rebuilds the bert_tf Keras model of an encoder/end-to-end export with its weights.
+
+    Returns (model, metadata). Embeddings exports give the BertEncoder only.
+    """
+    from bert_tf import models as bm
+    from bert_tf.config import BertConfig
+    from bert_tf.encoder import BertEncoder, dummy_inputs
+
+    meta = common.read_metadata(export_dir)
+    if meta.get("kind") not in ("encoder", "end_to_end"):
+        raise BertError(f"{export_dir}: a {meta.get('kind')} export holds no model weights")
+    cfg = BertConfig.from_dict(meta["bert_config"], source=export_dir)
+    cls_name = meta["model_class"]
+    if cls_name == "BertEncoder":
+        model = BertEncoder.from_bert_config(cfg)
+        model(dummy_inputs(), training=False)
+    else:
+        model = bm.build_model(getattr(bm, cls_name)(cfg, **meta.get("model_kwargs", {})))
+    loaded = tf.saved_model.load(export_dir)
+    saved = list(loaded.model_variables)
+    if len(saved) != len(model.weights):
+        raise BertError(f"{export_dir}: {len(saved)} saved variables, {cls_name} has "
+                        f"{len(model.weights)}")
+    for var, value, path in zip(model.weights, saved, meta["variable_paths"]):
+        if tuple(var.shape) != tuple(value.shape):
+            raise BertError(f"{export_dir}: variable {path} has shape {tuple(value.shape)}, "
+                            f"the rebuilt model expects {tuple(var.shape)}")
+        var.assign(value)
+    return model, meta

@@ -1,0 +1,193 @@
+"""TF Serving layout: export/<model_name>/<version>/ with warm-up requests, models.config.
+
+A version folder is built as `<version>.tmp-<pid>-<rand>` next to its final place and renamed
+when complete: TF Serving only loads all-digit folder names, so it never sees a half-written
+version. Warm-up requests (`assets.extra/tf_serving_warmup_requests`, a TFRecord of
+`PredictionLog`s holding real `PredictRequest`s) are replayed by the server at load time so the
+first client request does not pay for graph initialisation.
+"""
+import os
+import re
+
+import bert_tf  # noqa: F401
+import tensorflow as tf
+
+from bert_tf import BertError
+from bert_tf.export import common
+from bert_tf.export.end_to_end import EndToEndModule
+
+WARMUP_FILE = "tf_serving_warmup_requests"
+
+DEFAULT_WARMUP_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "",
+    "Serving BERT with TF Serving: warm-up request.",
+)
+DEFAULT_FILL_MASK_TEXTS = ("The capital of France is [MASK].", "[MASK] is a [MASK].")
+DEFAULT_WARMUP_PAIRS = (("Who jumps?", "The quick brown fox jumps over the lazy dog."),)
+
+
+def _serving_apis():
+    try:
+        from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+    except ImportError:
+        raise BertError("tensorflow-serving-api is not installed: pip install "
+                        "tensorflow-serving-api==2.20.0 (needed to write warm-up requests)"
+                        ) from None
+    return predict_pb2, prediction_log_pb2
+
+
+def version_dirs(model_dir):
+    """Integer versions present under model_dir (what TF Serving would consider)."""
+    if not tf.io.gfile.isdir(model_dir):
+        return []
+    out = []
+    for name in tf.io.gfile.listdir(model_dir):
+        name = name.rstrip("/")
+        if re.fullmatch(r"[0-9]+", name):
+            out.append(int(name))
+    return sorted(out)
+
+
+def next_version(model_dir):
+    versions = version_dirs(model_dir)
+    return versions[-1] + 1 if versions else 1
+
+
+def predict_request(model_name, signature_name, inputs):
+    """A tensorflow_serving PredictRequest; inputs: name -> array-like (dtype inferred)."""
+    predict_pb2, _ = _serving_apis()
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model_name
+    request.model_spec.signature_name = signature_name
+    for name, value in inputs.items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+    return request
+
+
+def warmup_requests(module, model_name, texts=None, pairs=None):
+    """PredictRequests covering serving_default (batch 1 and a batch), serving_pairs and
+    predict_ids (ids computed in-graph from the same texts)."""
+    if texts is None:
+        texts = DEFAULT_FILL_MASK_TEXTS if module.task == "fill_mask" else DEFAULT_WARMUP_TEXTS
+    texts = [str(t) for t in texts]
+    pairs = DEFAULT_WARMUP_PAIRS if pairs is None else pairs
+    if not texts:
+        raise BertError("warm-up texts: need at least one text")
+    text_tensor = lambda xs: tf.constant([x.encode("utf-8") for x in xs], tf.string)
+    reqs = [predict_request(model_name, "serving_default", {"text": text_tensor(texts[:1])}),
+            predict_request(model_name, "serving_default", {"text": text_tensor(texts)})]
+    if pairs:
+        reqs.append(predict_request(model_name, "serving_pairs", {
+            "text": text_tensor([a for a, _ in pairs]), "text_b": text_tensor([b for _, b in pairs])}))
+    ids = module.preprocess(text_tensor(texts))
+    reqs.append(predict_request(model_name, "predict_ids",
+                                {k: v.numpy() for k, v in ids.items()}))
+    return reqs
+
+
+def write_warmup_file(path, requests):
+    """TFRecord of PredictionLog(predict_log=PredictLog(request=...)) at path (atomically)."""
+    _, prediction_log_pb2 = _serving_apis()
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with tf.io.TFRecordWriter(tmp) as writer:
+        for request in requests:
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+    return path
+
+
+def read_warmup_file(path):
+    """The PredictRequests stored in a warm-up file."""
+    _, prediction_log_pb2 = _serving_apis()
+    out = []
+    for record in tf.data.TFRecordDataset(path):
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        out.append(log.predict_log.request)
+    return out
+
+
+def run_predict_request(loaded, request):
+    """Runs a PredictRequest against a tf.saved_model.load()ed object like the server does:
+    signature by name, inputs from TensorProtos. Returns dict of numpy outputs."""
+    name = request.model_spec.signature_name or "serving_default"
+    if name not in loaded.signatures:
+        raise BertError(f"warm-up request: unknown signature {name!r}")
+    fn = loaded.signatures[name]
+    kwargs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
+    return {k: v.numpy() for k, v in fn(**kwargs).items()}
+
+
+def export_for_serving(export_base, model_name, version=None, *, model, vocab_file,
+                       do_lower_case=True, task="embeddings", seq_length=128, labels=None,
+                       top_k=5, max_masks=8, max_answer_length=30, warmup_texts=None,
+                       warmup_pairs=None):
+    """Writes the end-to-end SavedModel to <export_base>/<model_name>/<version>/ atomically,
+    with warm-up requests; version = next integer when None. Returns the version folder."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name or ""):
+        raise BertError(f"--model_name: {model_name!r} is not a valid model name "
+                        "(letters, digits, _ . -)")
+    model_dir = common.join(export_base, model_name)
+    if version is None:
+        version = next_version(model_dir)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise BertError(f"--version: must be a positive integer, got {version!r}")
+    final = common.join(model_dir, str(version))
+    if tf.io.gfile.exists(final):
+        raise BertError(f"{final}: version {version} already exists (versions are immutable "
+                        "once served; pick another --version)")
+    module = EndToEndModule(model, vocab_file, do_lower_case, task, seq_length, labels, top_k,
+                            max_masks, max_answer_length)
+    requests = warmup_requests(module, model_name, warmup_texts, warmup_pairs)
+
+    def add_warmup(tmp_dir):
+        write_warmup_file(common.join(tmp_dir, common.EXTRA_DIR, WARMUP_FILE), requests)
+
+    meta = module.metadata()
+    meta.update(model_name=model_name, version=version)
+    return common.write_saved_model(module, final, module.signatures(), meta,
+                                    before_publish=add_warmup, replace=False)
+
+
+def models_config_text(models):
+    """ModelServerConfig text proto for `--model_config_file`.
+
+    models: iterable of (name, base_path) or dicts with name, base_path and optionally
+    versions (list of ints to pin; default: serve the latest).
+    """
+    from google.protobuf import text_format
+    try:
+        from tensorflow_serving.config import model_server_config_pb2
+    except ImportError:
+        raise BertError("tensorflow-serving-api is not installed (needed for models.config)"
+                        ) from None
+    config = model_server_config_pb2.ModelServerConfig()
+    seen = set()
+    for entry in models:
+        if not isinstance(entry, dict):
+            entry = dict(zip(("name", "base_path"), entry))
+        name, base_path = entry.get("name"), entry.get("base_path")
+        if not name or not base_path:
+            raise BertError(f"models.config: each model needs a name and a base_path, got {entry}")
+        if name in seen:
+            raise BertError(f"models.config: duplicate model name {name!r}")
+        seen.add(name)
+        item = config.model_config_list.config.add()
+        item.name = name
+        item.base_path = base_path
+        item.model_platform = "tensorflow"
+        if entry.get("versions"):
+            item.model_version_policy.specific.versions.extend(int(v) for v in entry["versions"])
+    return text_format.MessageToString(config)
+
+
+def write_models_config(path, models):
+    """Writes models_config_text(models) to path atomically; returns path."""
+    text = models_config_text(models)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+    return path

@@ -1,0 +1,220 @@
+"""tf.data input pipeline for pre-training TFRecords (the original release's schema).
+
+`pretraining_dataset(...)` yields dicts of int32 (float32 for weights) tensors with static
+shapes, named for the model plus labels:
+
+  input_word_ids, input_mask, input_type_ids          [B, max_seq_length]
+  masked_lm_positions, masked_lm_ids, masked_lm_weights   [B, max_predictions_per_seq]
+  next_sentence_labels                                [B]
+
+Training: each epoch a new permutation of the files, interleaved (cycle 8), records shuffled in
+blocks of `shuffle_buffer_size`, repeated forever. All randomness is stateless and keyed by `seed`
+(not by TF's global seed) and the interleave is deterministic, so a restarted run can skip exactly
+the records it already consumed (`skip_batches`) and read the same stream as an uninterrupted one.
+
+Dynamic masking (RoBERTa style): the records' masks are undone (masked_lm_ids put back at their
+positions) and each read of an example draws a fresh mask: 15% of the real tokens that are not
+[CLS]/[SEP] (num = min(max_predictions, max(1, round(0.15 n))), as the original), of which 80%
+become [MASK], 10% a random id in [0, vocab_size), 10% stay. [CLS] is position 0 and [SEP]s are
+found from the packing ([CLS] A [SEP] B [SEP]): the last real token of each segment. Randomness is
+stateless, keyed by (seed, pipeline, record index), so it is reproducible and differs per epoch.
+"""
+import random
+
+import tensorflow as tf
+
+from bert_tf import BertError
+
+try:
+    from bert_tf.pretraining_data.schema import feature_spec
+except ImportError:  # pragma: no cover - the schema module is part of the package
+    feature_spec = None
+
+MASKED_LM_PROB = 0.15
+
+
+def _feature_spec(max_seq_length, max_predictions_per_seq):
+    if feature_spec is not None:
+        return feature_spec(max_seq_length, max_predictions_per_seq)
+    ints = lambda n: tf.io.FixedLenFeature([n], tf.int64)
+    return {"input_ids": ints(max_seq_length), "input_mask": ints(max_seq_length),
+            "segment_ids": ints(max_seq_length),
+            "masked_lm_positions": ints(max_predictions_per_seq),
+            "masked_lm_ids": ints(max_predictions_per_seq),
+            "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
+            "next_sentence_labels": ints(1)}
+
+
+def list_files(file_pattern, flag="--input_file"):
+    """Sorted files matching comma-separated globs; none -> BertError naming the flag value."""
+    patterns = [p.strip() for p in str(file_pattern or "").split(",") if p.strip()]
+    files = []
+    for pattern in patterns:
+        files.extend(tf.io.gfile.glob(pattern))
+    files = sorted(set(files))
+    if not files:
+        raise BertError(f"{flag}={file_pattern}: no file matches")
+    return files
+
+
+def _to_model_inputs(parsed):
+    """Record features (int64) -> model input names, int32."""
+    i32 = lambda t: tf.cast(t, tf.int32)
+    return {
+        "input_word_ids": i32(parsed["input_ids"]),
+        "input_mask": i32(parsed["input_mask"]),
+        "input_type_ids": i32(parsed["segment_ids"]),
+        "masked_lm_positions": i32(parsed["masked_lm_positions"]),
+        "masked_lm_ids": i32(parsed["masked_lm_ids"]),
+        "masked_lm_weights": tf.cast(parsed["masked_lm_weights"], tf.float32),
+        "next_sentence_labels": i32(tf.reshape(parsed["next_sentence_labels"], [])),
+    }
+
+
+def unmask(features):
+    """Put masked_lm_ids back at masked_lm_positions (weight > 0): the unmasked input_word_ids."""
+    ids = features["input_word_ids"]
+    real = features["masked_lm_weights"] > 0
+    pos = tf.boolean_mask(features["masked_lm_positions"], real)
+    vals = tf.boolean_mask(features["masked_lm_ids"], real)
+    return tf.tensor_scatter_nd_update(ids, pos[:, None], vals)
+
+
+def mask_candidates(input_mask, input_type_ids):
+    """bool [S]: real tokens that are neither [CLS] (position 0) nor a [SEP].
+
+    A [SEP] closes each segment: a real token whose successor is padding, the end, or in another
+    segment.
+    """
+    real = input_mask > 0
+    nxt_real = tf.concat([real[1:], [False]], 0)
+    nxt_type = tf.concat([input_type_ids[1:], input_type_ids[-1:]], 0)
+    is_sep = real & (~nxt_real | tf.not_equal(nxt_type, input_type_ids))
+    is_cls = tf.equal(tf.range(tf.shape(real)[0]), 0)
+    return real & ~is_sep & ~is_cls
+
+
+def dynamic_mask(features, seed, max_predictions_per_seq, vocab_size, mask_id,
+                 masked_lm_prob=MASKED_LM_PROB):
+    """Re-mask one example (dict as produced by `_to_model_inputs`); `seed`: int32/int64 [2]."""
+    ids = unmask(features)
+    cand = mask_candidates(features["input_mask"], features["input_type_ids"])
+    seq_len = tf.shape(ids)[0]
+    n_cand = tf.reduce_sum(tf.cast(cand, tf.int32))
+    # round() like Python 3's (half to even), as the original's int(round(n * prob)).
+    num = tf.cast(tf.round(tf.cast(n_cand, tf.float32) * masked_lm_prob), tf.int32)
+    num = tf.minimum(tf.minimum(tf.maximum(num, 1), max_predictions_per_seq), n_cand)
+    s_pick, s_kind, s_rand = tf.unstack(
+        tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 3))
+    # A uniformly random subset of `num` candidates: the top scores of iid uniforms.
+    scores = tf.where(cand, tf.random.stateless_uniform([seq_len], s_pick), -1.0)
+    k = min(max_predictions_per_seq, int(ids.shape[0]))  # static: FixedLenFeature
+    top = tf.math.top_k(scores, k=k).indices
+    chosen = tf.range(k) < num
+    positions = tf.sort(tf.where(chosen, top, seq_len))  # chosen first, ascending
+    valid = positions < seq_len
+    positions = tf.where(valid, positions, 0)
+    pad = max_predictions_per_seq - k
+    positions = tf.pad(positions, [[0, pad]])
+    valid = tf.pad(valid, [[0, pad]])
+    labels = tf.where(valid, tf.gather(ids, positions), 0)
+    kind = tf.random.stateless_uniform([max_predictions_per_seq], s_kind)
+    random_ids = tf.random.stateless_uniform([max_predictions_per_seq], s_rand, minval=0,
+                                             maxval=vocab_size, dtype=tf.int32)
+    new_tokens = tf.where(kind < 0.8, tf.cast(mask_id, tf.int32),
+                          tf.where(kind < 0.9, labels, random_ids))
+    upd_pos = tf.boolean_mask(positions, valid)
+    new_ids = tf.tensor_scatter_nd_update(ids, upd_pos[:, None],
+                                          tf.boolean_mask(new_tokens, valid))
+    out = dict(features)
+    out.update(input_word_ids=new_ids, masked_lm_positions=positions, masked_lm_ids=labels,
+               masked_lm_weights=tf.cast(valid, tf.float32))
+    return out
+
+
+# Shuffling is stateless (keyed by the seed only): tf.data's own shuffle also depends on the
+# global TF seed, which would make a resumed run read a different stream.
+
+def _shuffled_files(files, seed, repeat):
+    """Each epoch a fresh permutation of `files` (the original: repeat, then shuffle files)."""
+    names = tf.constant(files)
+    key = tf.constant([seed, 0], tf.int64)
+
+    def epoch_files(epoch):
+        k = tf.random.experimental.stateless_fold_in(key, epoch)
+        order = tf.argsort(tf.random.stateless_uniform([len(files)], k))
+        return tf.data.Dataset.from_tensor_slices(tf.gather(names, order))
+
+    epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+    return epochs.flat_map(epoch_files)
+
+
+def _block_shuffle(ds, size, seed):
+    """Shuffle within consecutive blocks of `size` records (in place of a shuffle buffer)."""
+    key = tf.constant([seed, 1], tf.int64)
+
+    def shuffle_block(index, block):
+        k = tf.random.experimental.stateless_fold_in(key, index)
+        order = tf.argsort(tf.random.stateless_uniform([tf.shape(block)[0]], k))
+        return tf.gather(block, order)
+
+    return ds.batch(size).enumerate().map(shuffle_block).unbatch()
+
+
+def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_predictions_per_seq,
+                        is_training, input_context=None, seed=None, dynamic_masking=False,
+                        vocab_size=None, mask_id=None, shuffle_buffer_size=1000, cycle_length=8,
+                        skip_batches=0, repeat=None, flag="--input_file"):
+    """The pre-training tf.data.Dataset (see the module docstring).
+
+    batch_size: per replica (what `input_context.get_per_replica_batch_size` returns).
+    input_context: tf.distribute.InputContext; the files are split over its input pipelines
+      (or the records, when there are fewer files than pipelines).
+    skip_batches: batches of *this pipeline* already consumed (resume); needs a fixed `seed`.
+    repeat: default = is_training (evaluation reads the files once, in order).
+    """
+    if batch_size <= 0:
+        raise BertError(f"batch size must be > 0, got {batch_size}")
+    if dynamic_masking and (vocab_size is None or mask_id is None):
+        raise BertError("--dynamic_masking: needs vocab_size and mask_id")
+    files = list_files(file_pattern, flag)
+    repeat = is_training if repeat is None else repeat
+    if seed is None:
+        seed = random.SystemRandom().randrange(1 << 31)
+    num_pipelines = input_context.num_input_pipelines if input_context else 1
+    pipeline_id = input_context.input_pipeline_id if input_context else 0
+
+    shard_records = num_pipelines > 1 and len(files) < num_pipelines
+    if num_pipelines > 1 and not shard_records:
+        files = files[pipeline_id::num_pipelines]
+    if is_training:
+        ds = _shuffled_files(files, seed, repeat)
+        ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=max(1, min(cycle_length,
+                                                                           len(files))),
+                           block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+                           deterministic=True)
+    else:
+        ds = tf.data.TFRecordDataset(files)
+        if repeat:
+            ds = ds.repeat()
+    if shard_records:
+        ds = ds.shard(num_pipelines, pipeline_id)
+    if is_training and shuffle_buffer_size and shuffle_buffer_size > 1:
+        ds = _block_shuffle(ds, shuffle_buffer_size, seed)
+
+    ds = ds.enumerate()  # record index in this pipeline's stream: keys the dynamic mask
+    if skip_batches:
+        ds = ds.skip(int(skip_batches) * batch_size)
+    spec = _feature_spec(max_seq_length, max_predictions_per_seq)
+    base_seed = tf.constant([seed, 2 + pipeline_id], tf.int64)  # 0, 1: the shuffles
+
+    def parse(index, record):
+        features = _to_model_inputs(tf.io.parse_single_example(record, spec))
+        if dynamic_masking:
+            key = tf.random.experimental.stateless_fold_in(base_seed, index)
+            features = dynamic_mask(features, key, max_predictions_per_seq, vocab_size, mask_id)
+        return features
+
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.batch(batch_size, drop_remainder=True)  # static shapes (TPU)
+    return ds.prefetch(tf.data.AUTOTUNE)

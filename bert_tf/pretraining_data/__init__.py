@@ -1,0 +1,19 @@
+"""create_pretraining_data: masked-LM / next-sentence TFRecords for BERT pre-training.
+
+  schema     feature names, `feature_spec(max_seq_length, max_predictions_per_seq)`, serialisers
+  documents  input files/globs/gzip/tfds -> documents (lists of sentences)
+  masking    masked-LM selection (original algorithm; per-word whole-word masking option)
+  original   mode `original`: the original release's algorithm and random stream, exactly
+  streaming  mode `streaming`: sharded, multi-process, bounded memory, resumable
+  writer     atomic TFRecord/JSON outputs
+  stats      counters of the stats JSON
+  runner     `Options` + `run(options)`, what create_pretraining_data.py calls
+  cli        absl flags of create_pretraining_data.py
+"""
+from bert_tf.pretraining_data.schema import FEATURE_NAMES, feature_spec  # noqa: F401
+
+
+def run(options):
+    """Lazy import, so `import bert_tf.pretraining_data` stays light."""
+    from bert_tf.pretraining_data.runner import run as _run
+    return _run(options)

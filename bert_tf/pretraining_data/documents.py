@@ -1,0 +1,202 @@
+"""Reading the pre-training corpus: globs, gzip, UTF-8 lines, documents, byte ranges, tfds.
+
+Input format (the original's): one sentence per line, a blank line (empty after `str.strip()`)
+between documents. Files are UTF-8; an invalid byte sequence is an error naming the file and
+line (`BertError`), never silently dropped. Files ending in `.gz` are decompressed.
+
+Local paths are read with Python's `open` (no TensorFlow needed, so streaming workers stay
+light); other schemes (gs://, ...) go through `tf.io.gfile`.
+"""
+import gzip
+import re
+
+from bert_tf import BertError
+
+_REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def is_local(path):
+    return not _REMOTE.match(path)
+
+
+def is_gzip(path):
+    return path.endswith(".gz")
+
+
+def expand_input_patterns(input_file):
+    """Comma-separated globs -> files, each glob in `tf.io.gfile.glob` order (as the original).
+
+    Unlike the original, a glob matching nothing is an error (it is nearly always a typo).
+    """
+    import tensorflow as tf
+    patterns = [p.strip() for p in (input_file or "").split(",") if p.strip()]
+    if not patterns:
+        raise BertError("--input_file: no input given")
+    files = []
+    for pattern in patterns:
+        try:
+            matched = tf.io.gfile.glob(pattern)
+        except tf.errors.OpError as e:
+            raise BertError(f"--input_file: cannot list {pattern!r}: {e.message}") from None
+        matched = [m for m in matched if not tf.io.gfile.isdir(m)]
+        if not matched:
+            raise BertError(f"--input_file: {pattern!r} matches no files")
+        files.extend(matched)
+    return files
+
+
+def file_size(path):
+    import os
+    if is_local(path):
+        return os.path.getsize(path)
+    import tensorflow as tf
+    return tf.io.gfile.stat(path).length
+
+
+def open_binary(path):
+    """Raw (compressed, if .gz) binary file object."""
+    if is_local(path):
+        try:
+            return open(path, "rb")
+        except OSError as e:
+            raise BertError(f"{path}: cannot open ({e.strerror})") from None
+    import tensorflow as tf
+    try:
+        return tf.io.gfile.GFile(path, "rb")
+    except tf.errors.OpError as e:
+        raise BertError(f"{path}: cannot open ({e.message})") from None
+
+
+def open_lines(path):
+    """Binary file object yielding lines split on b"\\n" only (what the original's GFile did)."""
+    raw = open_binary(path)
+    return gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip(path) else raw
+
+
+def _decode(line, path, line_number_fn):
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BertError(f"{path}: line {line_number_fn()} is not valid UTF-8 "
+                        f"(byte 0x{line[e.start]:02x} at column {e.start + 1})") from None
+
+
+def read_lines(path):
+    """Yield each line of a file `.strip()`ed, as `str` (the original's per-line handling)."""
+    f = open_lines(path)
+    try:
+        lineno = 0
+        while True:
+            try:
+                line = f.readline()
+            except (OSError, EOFError) as e:  # corrupt gzip
+                raise BertError(f"{path}: cannot read after line {lineno} ({e})") from None
+            if not line:
+                return
+            lineno += 1
+            yield _decode(line, path, lambda: lineno).strip()
+    finally:
+        f.close()
+
+
+def iter_file_documents(path):
+    """Documents (lists of sentence strings) of one file; the file's end ends a document."""
+    doc = []
+    for line in read_lines(path):
+        if line:
+            doc.append(line)
+        elif doc:
+            yield doc
+            doc = []
+    if doc:
+        yield doc
+
+
+def _line_number_at(path, offset):
+    """1-based line number of the byte at `offset` (only computed for error messages)."""
+    with open_binary(path) as f:
+        count, done = 1, 0
+        while done < offset:
+            chunk = f.read(min(1 << 20, offset - done))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            done += len(chunk)
+    return count
+
+
+def iter_range_documents(path, lo, hi):
+    """Documents of an uncompressed file that *start* in the byte range [lo, hi).
+
+    A document starts at byte 0 or at the blank line in front of it, so every document belongs
+    to exactly one range however the file is cut, and a range never needs the whole file.
+    Yields (document, bytes_consumed_since_last_yield).
+    """
+    f = open_binary(path)
+    try:
+        pos = lo
+        if lo > 0:
+            f.seek(lo - 1)
+            pos = lo - 1 + len(f.readline())  # now at the first line start >= lo
+        owned = lo == 0  # inside a document this range owns
+        doc, last_pos = [], lo
+        while True:
+            line = f.readline()
+            if not line:
+                break
+            line_pos, pos = pos, pos + len(line)
+            text = _decode(line, path, lambda: _line_number_at(path, line_pos)).strip()
+            if text:
+                if owned:
+                    doc.append(text)
+                continue
+            # A blank line ends the current document and starts the next one.
+            if doc:
+                yield doc, line_pos - last_pos
+                last_pos, doc = line_pos, []
+            if line_pos >= hi:
+                break
+            owned = True
+        if doc:
+            yield doc, pos - last_pos
+    finally:
+        f.close()
+
+
+# ---- tensorflow-datasets ------------------------------------------------------------------
+
+# End of sentence: . ! or ? (optionally followed by a closing quote/bracket), then whitespace.
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]\u201d\u2019]))\s+")
+
+
+def split_sentences(text):
+    """Plain text -> sentences: paragraphs at newlines, then a simple end-of-sentence regex."""
+    sentences = []
+    for paragraph in text.split("\n"):
+        for sentence in _SENTENCE_END.split(paragraph):
+            sentence = sentence.strip()
+            if sentence:
+                sentences.append(sentence)
+    return sentences
+
+
+def iter_tfds_documents(name, split="train", data_dir=None, text_key="text"):
+    """Documents from a tensorflow-datasets text dataset (e.g. `wikipedia/20230601.en`)."""
+    import tensorflow_datasets as tfds
+    try:
+        ds = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+    except Exception as e:  # tfds raises many types; one line for the user
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BertError(f"--tfds_dataset: cannot load {name!r} split {split!r}: {msg}") from None
+    if text_key not in ds.element_spec:
+        raise BertError(f"--tfds_dataset: {name!r} has no feature {text_key!r} "
+                        f"(features: {', '.join(sorted(ds.element_spec))})")
+    for index, example in enumerate(tfds.as_numpy(ds)):
+        value = example[text_key]
+        try:
+            text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+        except UnicodeDecodeError:
+            raise BertError(f"--tfds_dataset: {name} {split} example {index} is not valid UTF-8") from None
+        doc = split_sentences(text)
+        if doc:
+            yield doc

@@ -1,0 +1,334 @@
+"""Options, validation and the two modes' drivers (what create_pretraining_data.py calls)."""
+import dataclasses
+import hashlib
+import json
+import posixpath
+import random
+import sys
+import time
+
+from bert_tf import BertError
+from bert_tf.pretraining_data import documents as docs_lib
+from bert_tf.pretraining_data import original as original_lib
+from bert_tf.pretraining_data import streaming as streaming_lib
+from bert_tf.pretraining_data import writer as writer_lib
+from bert_tf.pretraining_data.stats import Stats, dumps
+
+MODES = ("original", "streaming")
+
+
+@dataclasses.dataclass
+class Options:
+    """Flags of create_pretraining_data.py (original names and defaults first)."""
+    input_file: str = ""
+    output_file: str = ""
+    vocab_file: str = ""
+    do_lower_case: bool = True
+    do_whole_word_mask: bool = False
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    random_seed: int = 12345
+    dupe_factor: int = 10
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    # New in this project.
+    mode: str = "original"
+    num_workers: int = 1
+    output_shards: int = 0
+    resume: bool = False
+    whole_word_mask_per_word: bool = False
+    learn_vocab_size: int = 0
+    tfds_dataset: str = ""
+    tfds_split: str = "train"
+    tfds_data_dir: str = ""
+    tfds_text_key: str = "text"
+    nsp_reservoir_size: int = 1000
+    shuffle_buffer_size: int = 10000
+    stats_file: str = ""
+    bert_config_file: str = ""
+    progress: bool = None  # None: a tqdm bar when stderr is a terminal
+
+
+def warn(message):
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def validate(opts):
+    if opts.mode not in MODES:
+        raise BertError(f"--mode: must be one of {', '.join(MODES)}, got {opts.mode!r}")
+    if not opts.input_file and not opts.tfds_dataset:
+        raise BertError("--input_file: required (or --tfds_dataset)")
+    if opts.input_file and opts.tfds_dataset:
+        raise BertError("--tfds_dataset: give either --input_file or --tfds_dataset, not both")
+    if not opts.output_file.strip(" ,"):
+        raise BertError("--output_file: required")
+    if opts.max_seq_length < 5:
+        raise BertError(f"--max_seq_length: must be >= 5 ([CLS] A [SEP] B [SEP]), got {opts.max_seq_length}")
+    if opts.max_predictions_per_seq < 0:
+        raise BertError(f"--max_predictions_per_seq: must be >= 0, got {opts.max_predictions_per_seq}")
+    if not 0.0 < opts.masked_lm_prob <= 1.0:
+        raise BertError(f"--masked_lm_prob: must be in (0, 1], got {opts.masked_lm_prob}")
+    if not 0.0 <= opts.short_seq_prob <= 1.0:
+        raise BertError(f"--short_seq_prob: must be in [0, 1], got {opts.short_seq_prob}")
+    if opts.dupe_factor < 1:
+        raise BertError(f"--dupe_factor: must be >= 1, got {opts.dupe_factor}")
+    if opts.num_workers < 1:
+        raise BertError(f"--num_workers: must be >= 1, got {opts.num_workers}")
+    if opts.output_shards < 0:
+        raise BertError(f"--output_shards: must be >= 0, got {opts.output_shards}")
+    if opts.nsp_reservoir_size < 1:
+        raise BertError(f"--nsp_reservoir_size: must be >= 1, got {opts.nsp_reservoir_size}")
+    if opts.shuffle_buffer_size < 0:
+        raise BertError(f"--shuffle_buffer_size: must be >= 0, got {opts.shuffle_buffer_size}")
+    if opts.learn_vocab_size < 0:
+        raise BertError(f"--learn_vocab_size: must be >= 0, got {opts.learn_vocab_size}")
+    if opts.resume and opts.mode != "streaming":
+        raise BertError("--resume: only --mode=streaming writes resumable shards")
+    expected = int(round(opts.max_seq_length * opts.masked_lm_prob))
+    if opts.max_predictions_per_seq < expected:
+        warn(f"--max_predictions_per_seq={opts.max_predictions_per_seq} is smaller than "
+             f"round(max_seq_length * masked_lm_prob) = {expected}: fewer tokens than "
+             f"--masked_lm_prob asks for will be masked")
+
+
+def output_paths(opts):
+    """(list of output files, stats file path)."""
+    files = [f.strip() for f in opts.output_file.split(",") if f.strip()]
+    shards = opts.output_shards
+    if not shards and opts.mode == "streaming" and len(files) == 1 and opts.num_workers > 1:
+        shards = opts.num_workers  # one shard per worker unless told otherwise
+    if shards:
+        if len(files) != 1:
+            raise BertError("--output_shards: give one --output_file (the shard name prefix)")
+        prefix = files[0]
+        paths = [f"{prefix}-{s:05d}-of-{shards:05d}" for s in range(shards)]
+        stats = opts.stats_file or prefix + ".stats.json"
+    else:
+        paths = files
+        stats = opts.stats_file or files[0] + ".stats.json"
+    if len(set(paths)) != len(paths):
+        raise BertError("--output_file: the same file is named twice")
+    return paths, stats
+
+
+def _resolve_vocab(opts, input_files, stats_path):
+    """Path of the vocab to use (learning one if asked) and whether this run created it."""
+    import tensorflow as tf
+    if opts.vocab_file and tf.io.gfile.exists(opts.vocab_file):
+        return opts.vocab_file, False
+    if not opts.learn_vocab_size:
+        if opts.vocab_file:
+            raise BertError(f"--vocab_file: {opts.vocab_file} not found "
+                            "(pass --learn_vocab_size=N to learn a vocab there from the input)")
+        raise BertError("--vocab_file: required (or --learn_vocab_size=N to learn one from the input)")
+    if not input_files:
+        raise BertError("--learn_vocab_size: learning a vocab needs --input_file text files")
+    path = opts.vocab_file or stats_path[:-len(".stats.json")] + ".vocab.txt"
+    try:
+        from bert_tf.vocab_builder import learn_vocab
+    except ImportError:
+        raise BertError("--learn_vocab_size: bert_tf.vocab_builder is not available") from None
+    print(f"learning a {opts.learn_vocab_size}-token vocab from {len(input_files)} file(s) "
+          f"into {path}", file=sys.stderr)
+    learn_vocab(input_files, path, vocab_size=opts.learn_vocab_size,
+                do_lower_case=opts.do_lower_case)
+    return path, True
+
+
+def _check_bert_config(opts, vocab_size):
+    if not opts.bert_config_file:
+        return
+    from bert_tf.config import BertConfig
+    config = BertConfig.from_json_file(opts.bert_config_file)
+    if opts.max_seq_length > config.max_position_embeddings:
+        raise BertError(f"--max_seq_length: {opts.max_seq_length} is larger than "
+                        f"max_position_embeddings {config.max_position_embeddings} "
+                        f"of {opts.bert_config_file}")
+    if vocab_size > config.vocab_size:
+        raise BertError(f"--vocab_file: {vocab_size} tokens, but {opts.bert_config_file} has "
+                        f"vocab_size {config.vocab_size}")
+
+
+def run(opts):
+    """Create the pre-training TFRecords; returns the stats dict (also written as JSON)."""
+    import tensorflow as tf  # noqa: F401  (imported before the clock starts: ~3 s)
+    start = time.time()
+    validate(opts)
+    paths, stats_path = output_paths(opts)
+    input_files = docs_lib.expand_input_patterns(opts.input_file) if opts.input_file else []
+    if input_files:
+        if sum(docs_lib.file_size(p) for p in input_files) == 0:
+            raise BertError(f"--input_file: {opts.input_file!r}: all input files are empty")
+    writer_lib.check_writable(paths + [stats_path])
+    vocab_path, learned = _resolve_vocab(opts, input_files, stats_path)
+    try:
+        if opts.mode == "original":
+            return _run_original(opts, input_files, paths, stats_path, vocab_path, start)
+        return _run_streaming(opts, input_files, paths, stats_path, vocab_path, start)
+    except BaseException:
+        if learned:
+            writer_lib.remove_quietly(vocab_path)
+        raise
+
+
+def _report(opts, stats, paths, stats_path, start, extra):
+    seconds = time.time() - start
+    data = {"mode": opts.mode, "complete": True, "outputs": paths,
+            "vocab_file": extra.pop("vocab_file"), "totals": stats.summary(seconds)}
+    data.update(extra)
+    writer_lib.write_text_atomic(stats_path, dumps(data))
+    print(stats.summary_line(seconds, len(paths)), file=sys.stderr)
+    return data
+
+
+def _run_original(opts, input_files, paths, stats_path, vocab_path, start):
+    from bert_tf.tokenization import FullTokenizer
+    tokenizer = FullTokenizer(vocab_path, do_lower_case=opts.do_lower_case)
+    _check_bert_config(opts, len(tokenizer.vocab))
+    stats = Stats()
+    extra_docs = ()
+    if opts.tfds_dataset:
+        extra_docs = docs_lib.iter_tfds_documents(opts.tfds_dataset, opts.tfds_split,
+                                                  opts.tfds_data_dir or None, opts.tfds_text_key)
+    all_documents = original_lib.read_documents(input_files, tokenizer, stats, extra_docs)
+    if not all_documents:
+        raise BertError(f"--input_file: no text found in {opts.input_file or opts.tfds_dataset!r}")
+    rng = random.Random(opts.random_seed)
+    progress = _DocProgress(len(all_documents) * opts.dupe_factor, opts.progress)
+    try:
+        instances = original_lib.create_training_instances(
+            all_documents, tokenizer, opts.max_seq_length, opts.dupe_factor, opts.short_seq_prob,
+            opts.masked_lm_prob, opts.max_predictions_per_seq, rng,
+            do_whole_word_mask=opts.do_whole_word_mask,
+            whole_word_mask_per_word=opts.whole_word_mask_per_word, stats=stats,
+            progress=progress.update)
+    finally:
+        progress.close()
+    files = writer_lib.RecordFiles(paths)
+    try:
+        original_lib.write_instances(instances, tokenizer, opts.max_seq_length,
+                                     opts.max_predictions_per_seq, files)
+        files.commit()
+    except BaseException:
+        files.abort()
+        raise
+    return _report(opts, stats, paths, stats_path, start,
+                   {"vocab_file": vocab_path, "config": _fingerprint(opts, input_files, vocab_path, len(paths))})
+
+
+class _DocProgress:
+    def __init__(self, total, enabled):
+        from tqdm import tqdm
+        self.start = time.time()
+        self.bar = tqdm(total=total, unit="doc", desc="original", file=sys.stderr, mininterval=1.0,
+                        disable=enabled is False or (enabled is None and not sys.stderr.isatty()))
+
+    def update(self, docs, instances):
+        self.bar.update(docs)
+        elapsed = max(time.time() - self.start, 1e-9)
+        self.bar.set_postfix_str(f"{instances / elapsed:.0f} inst/s", refresh=False)
+
+    def close(self):
+        self.bar.close()
+
+
+def _fingerprint(opts, input_files, vocab_path, num_shards):
+    """What the outputs depend on: --resume refuses to mix shards made with different values."""
+    from bert_tf.tokenization import vocab_tokens
+    vocab_hash = hashlib.sha256("\n".join(vocab_tokens(vocab_path)).encode()).hexdigest()
+    flags = {k: v for k, v in dataclasses.asdict(opts).items()
+             if k not in ("num_workers", "resume", "progress", "stats_file", "vocab_file",
+                          "learn_vocab_size", "bert_config_file", "output_file")}
+    return {"flags": flags, "num_shards": num_shards, "vocab_sha256": vocab_hash,
+            "inputs": [[p, docs_lib.file_size(p)] for p in input_files]}
+
+
+def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
+    from bert_tf.tokenization import load_vocab
+    vocab = load_vocab(vocab_path)
+    _check_bert_config(opts, len(vocab))
+    num_shards = len(paths)
+    cfg = streaming_lib.StreamConfig(
+        vocab=dict(vocab), do_lower_case=opts.do_lower_case, max_seq_length=opts.max_seq_length,
+        max_predictions_per_seq=opts.max_predictions_per_seq, masked_lm_prob=opts.masked_lm_prob,
+        short_seq_prob=opts.short_seq_prob, dupe_factor=opts.dupe_factor,
+        random_seed=opts.random_seed, do_whole_word_mask=opts.do_whole_word_mask,
+        whole_word_mask_per_word=opts.whole_word_mask_per_word,
+        nsp_reservoir_size=opts.nsp_reservoir_size, shuffle_buffer_size=opts.shuffle_buffer_size)
+    if opts.tfds_dataset:
+        tasks = streaming_lib.plan_tfds_shards(opts.tfds_dataset, opts.tfds_split,
+                                               opts.tfds_data_dir or None, opts.tfds_text_key,
+                                               num_shards)
+    else:
+        tasks = streaming_lib.plan_file_shards(input_files, num_shards)
+    fingerprint = _fingerprint(opts, input_files, vocab_path, num_shards)
+
+    done = {}  # shard -> stats dict
+    journal_existed = writer_lib.exists(stats_path)
+    if opts.resume and journal_existed:
+        try:
+            previous = json.loads(writer_lib.read_text(stats_path))
+        except ValueError:
+            raise BertError(f"--resume: {stats_path} is not valid JSON; delete it to start over") from None
+        if previous.get("config") != fingerprint:
+            raise BertError(f"--resume: {stats_path} was made with other flags, inputs or vocab; "
+                            "use the same ones, or drop --resume to start over")
+        for key, shard_stats in previous.get("shards", {}).items():
+            if writer_lib.exists(paths[int(key)]):
+                done[int(key)] = shard_stats
+    for p in paths:
+        writer_lib.remove_stale_tmps(p)
+    todo = [t for t in tasks if t.index not in done]
+
+    total_bytes = sum(t.size for t in todo)
+    progress = streaming_lib.Progress(total_bytes, opts.progress)
+    open_files, committed = {}, []
+    journal_written = []
+
+    def write_journal(complete):
+        data = {"mode": "streaming", "complete": complete, "outputs": paths,
+                "vocab_file": vocab_path, "config": fingerprint,
+                "shards": {str(k): done[k] for k in sorted(done)}}
+        writer_lib.write_text_atomic(stats_path, dumps(data))
+        journal_written.append(True)
+        return data
+
+    def on_message(message):
+        kind, shard = message[0], message[1]
+        if kind == "records":
+            f = open_files.get(shard)
+            if f is None:
+                f = open_files[shard] = writer_lib.RecordFile(paths[shard])
+            for record in message[2]:
+                f.write(record)
+            progress.update(message[3], len(message[2]), message[4])
+        elif kind == "done":
+            f = open_files.pop(shard, None) or writer_lib.RecordFile(paths[shard])
+            f.commit()
+            committed.append(paths[shard])
+            done[shard] = message[2]
+            write_journal(False)
+
+    try:
+        streaming_lib.run_tasks(todo, cfg, opts.num_workers, on_message)
+        progress.close()
+        total = Stats()
+        for shard_stats in done.values():
+            total.merge(Stats.from_dict(shard_stats))
+        if total.instances == 0:
+            raise BertError(f"--input_file: no text found in {opts.input_file or opts.tfds_dataset!r}")
+    except BaseException as e:
+        progress.close()
+        for f in open_files.values():
+            f.abort()
+        if not isinstance(e, KeyboardInterrupt):
+            # Errors leave nothing behind; an interrupted run keeps finished shards for --resume.
+            for p in committed:
+                writer_lib.remove_quietly(p)
+            if journal_written and not journal_existed:
+                writer_lib.remove_quietly(stats_path)
+        raise
+    data = write_journal(True)
+    return _report(opts, total, paths, stats_path, start,
+                   {"vocab_file": vocab_path, "config": fingerprint, "shards": data["shards"],
+                    "resumed_shards": len(tasks) - len(todo)})

@@ -1,0 +1,83 @@
+"""Counters for the stats JSON written beside the output."""
+import json
+
+COUNTERS = (
+    "documents",            # non-empty documents read (per pass, not multiplied by dupe_factor)
+    "sentences",            # non-empty lines (segments) in those documents
+    "instances",            # records written
+    "tokens",               # real tokens in the records, [CLS]/[SEP] included
+    "candidates",           # maskable tokens (real tokens minus [CLS]/[SEP])
+    "masked",               # masked-LM positions
+    "masked_as_mask",       # ... replaced by [MASK]
+    "masked_kept",          # ... left unchanged (includes a random draw of the same token)
+    "masked_random",        # ... replaced by another token
+    "nsp_random_next",      # next_sentence_labels == 1
+    "nsp_actual_next",      # next_sentence_labels == 0
+    "truncated_instances",  # pairs that had to be truncated to fit max_seq_length
+    "truncated_tokens",     # tokens removed by that truncation
+)
+
+
+class Stats:
+    def __init__(self, **values):
+        for name in COUNTERS:
+            setattr(self, name, int(values.get(name, 0)))
+
+    def add_instance(self, num_tokens, masked_positions, original_tokens, output_tokens,
+                     is_random_next, mask_token):
+        """Count one instance; tokens may be strings or ids (same kind for both lists)."""
+        self.instances += 1
+        self.tokens += num_tokens
+        self.candidates += num_tokens - 3
+        self.masked += len(masked_positions)
+        for p in masked_positions:
+            new = output_tokens[p]
+            if new == mask_token:
+                self.masked_as_mask += 1
+            elif new == original_tokens[p]:
+                self.masked_kept += 1
+            else:
+                self.masked_random += 1
+        if is_random_next:
+            self.nsp_random_next += 1
+        else:
+            self.nsp_actual_next += 1
+
+    def merge(self, other):
+        for name in COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        return self
+
+    def to_dict(self):
+        return {name: getattr(self, name) for name in COUNTERS}
+
+    @classmethod
+    def from_dict(cls, data):
+        return cls(**{k: v for k, v in data.items() if k in COUNTERS})
+
+    def summary(self, seconds):
+        d = self.to_dict()
+        d["seconds"] = round(seconds, 3)
+        d["instances_per_second"] = round(self.instances / seconds, 1) if seconds > 0 else None
+        d["masked_fraction_of_candidates"] = _ratio(self.masked, self.candidates)
+        d["nsp_random_next_fraction"] = _ratio(self.nsp_random_next, self.instances)
+        d["truncated_fraction"] = _ratio(self.truncated_instances, self.instances)
+        return d
+
+    def summary_line(self, seconds, outputs):
+        return (f"wrote {self.instances} instances ({self.tokens} tokens, {self.masked} masked, "
+                f"{_pct(self.nsp_random_next, self.instances)} random-next) from "
+                f"{self.documents} documents to {outputs} file(s) in {seconds:.1f}s "
+                f"({self.instances / max(seconds, 1e-9):.0f} instances/s)")
+
+
+def _ratio(a, b):
+    return round(a / b, 6) if b else None
+
+
+def _pct(a, b):
+    return f"{100.0 * a / b:.1f}%" if b else "n/a"
+
+
+def dumps(data):
+    return json.dumps(data, indent=2, sort_keys=False) + "\n"

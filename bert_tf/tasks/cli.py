@@ -1,0 +1,66 @@
+"""Flags the fine-tuning scripts share (beyond each script's original ones) and their main().
+
+Scripts define their original flags themselves, call `define_tpu_flags()` /
+`define_tf2_flags()`, and hand `main_for(run, ConfigClass, report)` to absl's app.run.
+"""
+import sys
+
+from bert_tf import BertError
+
+
+def define_tpu_flags():
+    """The original's TPU flags (same names/defaults)."""
+    from absl import flags
+    flags.DEFINE_bool("use_tpu", False, "Whether to use TPU (same as --strategy=tpu).")
+    flags.DEFINE_string("tpu_name", None, "The Cloud TPU to use.")
+    flags.DEFINE_string("tpu_zone", None, "GCE zone where the Cloud TPU is located in.")
+    flags.DEFINE_string("gcp_project", None, "Project name for the Cloud TPU-enabled project.")
+    flags.DEFINE_string("master", None, "TPU address (used when --tpu_name is not given).")
+    flags.DEFINE_integer("num_tpu_cores", 8, "Only used with --use_tpu: number of TPU cores "
+                         "expected (the strategy reports the real number).")
+
+
+def define_tf2_flags(training=True):
+    """TF2 additions: strategy, mixed precision, optimizer, seed, export."""
+    from absl import flags
+    flags.DEFINE_string("strategy", None, "one_device | mirrored | multi_worker | tpu | auto "
+                        "(default: tpu with --use_tpu, else auto = mirrored on several GPUs).")
+    flags.DEFINE_string("mixed_precision", "none", "none | float16 (with loss scaling) | "
+                        "bfloat16.")
+    if not training:
+        return
+    flags.DEFINE_string("optimizer", "adamw_original", "adamw_original (the original "
+                        "AdamWeightDecay) | adamw | lamb.")
+    flags.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay (not on "
+                       "LayerNorm/bias).")
+    flags.DEFINE_integer("num_train_steps", None, "Train exactly this many steps (default: "
+                         "num_train_epochs over the training set).")
+    flags.DEFINE_integer("seed", None, "Random seed (weights of the new head, dropout, data "
+                         "order).")
+    flags.DEFINE_bool("do_export", True, "After training, export an end-to-end text-in "
+                      "SavedModel.")
+    flags.DEFINE_string("export_dir", None, "Where to export (default: <output_dir>/export).")
+    flags.DEFINE_bool("progress", True, "Show progress bars.")
+
+
+def main_for(run, config_cls, report=None):
+    """An absl main: flags -> config_cls -> run(); BertError -> one-line exit."""
+    def main(argv):
+        if len(argv) > 1:
+            sys.exit(f"error: unexpected arguments {' '.join(argv[1:])}")
+        from absl import flags
+        from bert_tf.tasks import finetune
+        try:
+            result = run(finetune.config_from(flags.FLAGS, config_cls))
+        except BertError as e:
+            sys.exit(f"error: {e}")
+        if report is not None:
+            report(result)
+    return main
+
+
+def print_eval(result):
+    for key, value in sorted((result.get("eval") or {}).items()):
+        print(f"{key} = {value}")
+    if result.get("export_dir"):
+        print(f"exported to {result['export_dir']}")

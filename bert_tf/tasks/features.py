@@ -1,0 +1,138 @@
+"""extract_features: per-token activations of chosen encoder layers as JSON lines.
+
+Input: one example per line, `text` or `text_a ||| text_b`. Output: one JSON object per input
+line, like the original's:
+  {"linex_index": 0, "features": [{"token": "[CLS]", "layers": [{"index": -1,
+   "values": [0.123456, ...]}, ...]}, ...]}
+values rounded to 6 decimals; tokens include [CLS]/[SEP], not padding.
+"""
+import dataclasses
+import json
+import os
+import re
+
+import numpy as np
+
+from bert_tf import BertError
+from bert_tf.tasks.finetune import RunConfig
+
+_PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
+
+
+@dataclasses.dataclass
+class FeatureConfig(RunConfig):
+    output_dir: str = None
+    input_file: str = None
+    output_file: str = None
+    layers: str = "-1,-2,-3,-4"
+    bert_config_file: str = None
+    vocab_file: str = None
+    do_lower_case: bool = True
+    max_seq_length: int = 128
+    batch_size: int = 32
+
+
+def read_examples(input_file):
+    """[(unique_id, text_a, text_b)] — every line, blank ones included, as the original."""
+    import tensorflow as tf
+    if not tf.io.gfile.exists(input_file):
+        raise BertError(f"{input_file}: input file not found")
+    with tf.io.gfile.GFile(input_file, "rb") as f:
+        text = f.read().decode("utf-8", "ignore")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    examples = []
+    for i, line in enumerate(lines):
+        line = line.strip()
+        m = _PAIR.match(line)
+        examples.append((i, m.group(1), m.group(2)) if m else (i, line, None))
+    return examples
+
+
+def parse_layers(spec, num_layers):
+    try:
+        layers = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise BertError(f"--layers: expected comma-separated integers, got {spec!r}") from None
+    if not layers:
+        raise BertError("--layers: empty")
+    for k in layers:
+        if not -num_layers <= k < num_layers:
+            raise BertError(f"--layers: {k} is outside the model's {num_layers} layers "
+                            f"({-num_layers}..{num_layers - 1})")
+    return layers
+
+
+def _layer_model(bert_config, layers):
+    import keras
+    from keras import ops
+    from bert_tf.encoder import BertEncoder
+
+    class LayerOutputs(keras.Model):
+        def __init__(self):
+            super().__init__(name="extract_features")
+            self.encoder = BertEncoder.from_bert_config(bert_config, name="encoder")
+
+        def call(self, inputs, training=None):
+            outs = self.encoder(inputs, training=training)["encoder_outputs"]
+            return {f"layer_{k}": ops.cast(outs[k], "float32") for k in layers}
+
+    return LayerOutputs()
+
+
+def format_line(unique_id, tokens, layer_values, layers):
+    """One output JSON line; layer_values: {layer index: [S, H] array}."""
+    feats = []
+    for i, token in enumerate(tokens):
+        feats.append({"token": token, "layers": [
+            {"index": k, "values": [round(float(x), 6) for x in layer_values[k][i]]}
+            for k in layers]})
+    return json.dumps({"linex_index": unique_id, "features": feats}) + "\n"
+
+
+def run(cfg):
+    import tensorflow as tf
+    from bert_tf.config import BertConfig
+    from bert_tf.tasks import classifier_data, finetune
+    from bert_tf.tokenization import FullTokenizer
+    for name in ("input_file", "output_file", "bert_config_file", "vocab_file"):
+        if not getattr(cfg, name):
+            raise BertError(f"--{name}: required")
+    bert_config = BertConfig.from_json_file(cfg.bert_config_file)
+    if cfg.max_seq_length > bert_config.max_position_embeddings:
+        raise BertError(f"--max_seq_length: {cfg.max_seq_length} exceeds the model's "
+                        f"max_position_embeddings {bert_config.max_position_embeddings}")
+    layers = parse_layers(cfg.layers, bert_config.num_hidden_layers)
+    tokenizer = FullTokenizer(cfg.vocab_file, do_lower_case=cfg.do_lower_case)
+    examples = read_examples(cfg.input_file)
+    n, s = len(examples), cfg.max_seq_length
+    arrays = {k: np.zeros((n, s), np.int32)
+              for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    all_tokens = []
+    for i, (_, a, b) in enumerate(examples):
+        ids, mask, types, tokens = classifier_data.encode_pair(tokenizer, a, b, s)
+        arrays["input_word_ids"][i], arrays["input_mask"][i] = ids, mask
+        arrays["input_type_ids"][i] = types
+        all_tokens.append(tokens)
+    out_dir = os.path.dirname(cfg.output_file) or "."
+    run_cfg = dataclasses.replace(cfg, output_dir=out_dir)
+    tuner = finetune.Finetuner(lambda: _layer_model(bert_config, layers), None, run_cfg)
+    if cfg.init_checkpoint:
+        from bert_tf import checkpoints
+        with tuner.strategy.scope():
+            checkpoints.load_checkpoint(tuner.model, cfg.init_checkpoint)
+    else:
+        finetune.log.warning("no --init_checkpoint: features of random weights")
+    keys = [f"layer_{k}" for k in layers]
+    tmp = f"{cfg.output_file}.tmp-{os.getpid()}"
+    row = 0
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        for out in tuner.predict_batches(arrays, cfg.batch_size, keys, desc="features"):
+            for j in range(len(out[keys[0]])):
+                uid, tokens = examples[row][0], all_tokens[row]
+                f.write(format_line(uid, tokens, {k: out[f"layer_{k}"][j] for k in layers},
+                                    layers))
+                row += 1
+    tf.io.gfile.rename(tmp, cfg.output_file, overwrite=True)
+    return {"output_file": cfg.output_file, "num_examples": row}

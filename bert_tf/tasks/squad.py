@@ -1,0 +1,500 @@
+"""SQuAD v1.1/v2.0: reading, doc-span windows, features, n-best decoding, run_squad.
+
+Contexts are split into words on whitespace; words into WordPieces. A question's pieces
+(at most `max_query_length`) and a window of the context's pieces make one feature:
+`[CLS] question [SEP] context-window [SEP]`. Windows advance by `doc_stride` pieces; a piece
+seen by several windows is scored only in the window where it has the most context on both
+sides (`token_is_max_context`). Decoding takes the n best starts x ends per feature, keeps
+valid spans (inside the context, start <= end, at most `max_answer_length` pieces), and maps
+the best span back to the original text the way the original's get_final_text does (undoing
+lower-casing/accent stripping through the BasicTokenizer's character alignment), returning
+the exact characters of the context. v2.0: the null answer scores `start_logit[CLS] +
+end_logit[CLS]` (minimum over windows); predict "" when `null - best_span >
+null_score_diff_threshold`.
+"""
+import collections
+import dataclasses
+import json
+import logging
+import os
+
+import numpy as np
+
+from bert_tf import BertError
+from bert_tf.tasks.finetune import RunConfig
+
+log = logging.getLogger("bert_tf.tasks")
+
+FIRST_UNIQUE_ID = 1_000_000_000
+
+
+@dataclasses.dataclass
+class SquadExample:
+    qas_id: str
+    question_text: str
+    doc_tokens: list            # context split on whitespace
+    word_offsets: list          # start character of each doc token in `context`
+    context: str
+    orig_answer_text: str = None
+    start_position: int = None  # word index of the answer start (training only)
+    end_position: int = None
+    is_impossible: bool = False
+
+
+@dataclasses.dataclass
+class SquadFeature:
+    unique_id: int
+    example_index: int
+    doc_span_index: int
+    tokens: list
+    token_to_orig_map: dict     # feature token index -> doc word index
+    token_is_max_context: dict  # feature token index -> bool
+    input_ids: list
+    input_mask: list
+    segment_ids: list
+    start_position: int = 0
+    end_position: int = 0
+    is_impossible: bool = False
+
+
+def _is_whitespace(c):
+    return c in " \t\r\n" or ord(c) == 0x202F
+
+
+def split_context(context):
+    """(words, start offset of each word) on whitespace, as the original splits contexts."""
+    words, offsets, char_to_word = [], [], []
+    prev_ws = True
+    for i, c in enumerate(context):
+        if _is_whitespace(c):
+            prev_ws = True
+        else:
+            if prev_ws:
+                words.append(c)
+                offsets.append(i)
+            else:
+                words[-1] += c
+            prev_ws = False
+        char_to_word.append(len(words) - 1)
+    return words, offsets, char_to_word
+
+
+def read_squad_examples(input_file, is_training, version_2_with_negative=False):
+    """SquadExamples from a SQuAD JSON file (training: answer word positions too).
+
+    Training uses each question's first answer; an answer whose text is not found at its
+    `answer_start` is skipped with a warning, as the original did.
+    """
+    import tensorflow as tf
+    if not tf.io.gfile.exists(input_file):
+        raise BertError(f"{input_file}: SQuAD file not found")
+    with tf.io.gfile.GFile(input_file, "r") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise BertError(f"{input_file}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise BertError(f"{input_file}: expected a SQuAD JSON object with a 'data' list")
+    examples, skipped = [], 0
+    for a, article in enumerate(data["data"]):
+        for p, paragraph in enumerate(article.get("paragraphs", [])):
+            where = f"{input_file}: data[{a}].paragraphs[{p}]"
+            if "context" not in paragraph:
+                raise BertError(f"{where}: missing 'context'")
+            context = paragraph["context"]
+            words, offsets, char_to_word = split_context(context)
+            for q, qa in enumerate(paragraph.get("qas", [])):
+                if "id" not in qa or "question" not in qa:
+                    raise BertError(f"{where}.qas[{q}]: missing 'id' or 'question'")
+                ex = SquadExample(qa["id"], qa["question"], words, offsets, context)
+                if is_training:
+                    ex.is_impossible = bool(version_2_with_negative and qa.get("is_impossible"))
+                    if ex.is_impossible:
+                        ex.start_position = ex.end_position = -1
+                        ex.orig_answer_text = ""
+                    else:
+                        answers = qa.get("answers") or []
+                        if not answers:
+                            raise BertError(f"{where}.qas[{q}] ({qa['id']}): no answer to train "
+                                            "on (is_impossible without "
+                                            "--version_2_with_negative?)")
+                        answer = answers[0]
+                        text, start = answer["text"], int(answer["answer_start"])
+                        if not text or not 0 <= start < len(context) or \
+                                start + len(text) > len(context):
+                            raise BertError(f"{where}.qas[{q}] ({qa['id']}): answer_start "
+                                            f"{start} / text {text!r} outside the context")
+                        ex.orig_answer_text = text
+                        ex.start_position = char_to_word[start]
+                        ex.end_position = char_to_word[start + len(text) - 1]
+                        actual = " ".join(words[ex.start_position:ex.end_position + 1])
+                        if actual.find(" ".join(text.split())) == -1:
+                            log.warning("skipping %s: answer %r not found at its offset (%r)",
+                                        qa["id"], text, actual)
+                            skipped += 1
+                            continue
+                examples.append(ex)
+    if skipped:
+        log.warning("%s: skipped %d training question(s) with misaligned answers",
+                    input_file, skipped)
+    return examples
+
+
+def _improve_answer_span(doc_pieces, start, end, tokenizer, answer_text):
+    """Tightest piece span equal to the tokenized answer (e.g. "1895" inside "(1895-1943).")."""
+    answer = " ".join(tokenizer.tokenize(answer_text))
+    for s in range(start, end + 1):
+        for e in range(end, s - 1, -1):
+            if " ".join(doc_pieces[s:e + 1]) == answer:
+                return s, e
+    return start, end
+
+
+def _max_context(spans, span_index, position):
+    """Is `position` best scored in span `span_index` (most context: min(left, right))?"""
+    best, best_index = None, None
+    for i, (start, length) in enumerate(spans):
+        end = start + length - 1
+        if position < start or position > end:
+            continue
+        score = min(position - start, end - position) + 0.01 * length
+        if best is None or score > best:
+            best, best_index = score, i
+    return best_index == span_index
+
+
+def doc_spans(num_pieces, max_tokens_for_doc, doc_stride):
+    """[(start, length)] windows over the context pieces."""
+    spans, start = [], 0
+    while start < num_pieces:
+        length = min(num_pieces - start, max_tokens_for_doc)
+        spans.append((start, length))
+        if start + length == num_pieces:
+            break
+        start += min(length, doc_stride)
+    return spans
+
+
+def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride,
+                                 max_query_length, is_training, progress=None):
+    """SquadFeatures (one per doc window) for the examples, in order."""
+    if doc_stride <= 0:
+        raise BertError(f"--doc_stride: must be > 0, got {doc_stride}")
+    if max_seq_length - min(max_query_length, max_seq_length) - 3 <= 0:
+        raise BertError(f"--max_seq_length {max_seq_length} leaves no room for the context "
+                        f"after --max_query_length {max_query_length} and 3 special tokens")
+    from tqdm.auto import tqdm
+    features, unique_id = [], FIRST_UNIQUE_ID
+    for example_index, ex in enumerate(tqdm(examples, desc=progress or "features",
+                                            disable=progress is None, unit="ex",
+                                            mininterval=2.0)):
+        query = tokenizer.tokenize(ex.question_text)[:max_query_length]
+        piece_to_word, word_to_piece, pieces = [], [], []
+        for i, word in enumerate(ex.doc_tokens):
+            word_to_piece.append(len(pieces))
+            for piece in tokenizer.tokenize(word):
+                piece_to_word.append(i)
+                pieces.append(piece)
+        tok_start = tok_end = None
+        if is_training and ex.is_impossible:
+            tok_start = tok_end = -1
+        elif is_training:
+            tok_start = word_to_piece[ex.start_position]
+            if ex.end_position < len(ex.doc_tokens) - 1:
+                tok_end = word_to_piece[ex.end_position + 1] - 1
+            else:
+                tok_end = len(pieces) - 1
+            tok_start, tok_end = _improve_answer_span(pieces, tok_start, tok_end, tokenizer,
+                                                      ex.orig_answer_text)
+        spans = doc_spans(len(pieces), max_seq_length - len(query) - 3, doc_stride)
+        for span_index, (start, length) in enumerate(spans):
+            tokens = ["[CLS]"] + query + ["[SEP]"]
+            segment_ids = [0] * len(tokens)
+            to_orig, max_ctx = {}, {}
+            for i in range(length):
+                pos = start + i
+                to_orig[len(tokens)] = piece_to_word[pos]
+                max_ctx[len(tokens)] = _max_context(spans, span_index, pos)
+                tokens.append(pieces[pos])
+                segment_ids.append(1)
+            tokens.append("[SEP]")
+            segment_ids.append(1)
+            ids = tokenizer.convert_tokens_to_ids(tokens)
+            pad = max_seq_length - len(ids)
+            feature = SquadFeature(unique_id, example_index, span_index, tokens, to_orig,
+                                   max_ctx, ids + [0] * pad, [1] * len(ids) + [0] * pad,
+                                   segment_ids + [0] * pad)
+            if is_training:
+                feature.is_impossible = ex.is_impossible
+                offset = len(query) + 2
+                if not ex.is_impossible and start <= tok_start and tok_end <= start + length - 1:
+                    feature.start_position = tok_start - start + offset
+                    feature.end_position = tok_end - start + offset
+                # else: impossible, or the answer is not inside this window -> [CLS] (0, 0)
+            features.append(feature)
+            unique_id += 1
+    return features
+
+
+def features_to_arrays(features, is_training):
+    arrays = {
+        "input_word_ids": np.array([f.input_ids for f in features], np.int32),
+        "input_mask": np.array([f.input_mask for f in features], np.int32),
+        "input_type_ids": np.array([f.segment_ids for f in features], np.int32),
+    }
+    if is_training:
+        arrays["start_positions"] = np.array([f.start_position for f in features], np.int32)
+        arrays["end_positions"] = np.array([f.end_position for f in features], np.int32)
+    return arrays
+
+
+# --- decoding --------------------------------------------------------------------------
+
+def _strip_spaces(text):
+    """(text without " ", map non-space index -> original index)."""
+    chars, index = [], {}
+    for i, c in enumerate(text):
+        if c == " ":
+            continue
+        index[len(chars)] = i
+        chars.append(c)
+    return "".join(chars), index
+
+
+def final_text_span(pred_text, orig_text, do_lower_case):
+    """(start, end) in `orig_text` of the detokenized prediction `pred_text`.
+
+    `orig_text` is the original words (the whole words the span touches) and `pred_text` the
+    prediction rebuilt from WordPieces (lower-cased, accents stripped, punctuation split).
+    Both are BasicTokenizer-aligned character by character ignoring spaces; when that fails
+    (a character changed length under lower-casing, say) the whole words are returned, as in
+    the original's get_final_text.
+    """
+    from bert_tf.tokenization import BasicTokenizer
+    whole = (0, len(orig_text))
+    tok_text = " ".join(BasicTokenizer(do_lower_case=do_lower_case).tokenize(orig_text))
+    start = tok_text.find(pred_text)
+    if start == -1:
+        return whole
+    end = start + len(pred_text) - 1
+    orig_ns, orig_map = _strip_spaces(orig_text)
+    tok_ns, tok_map = _strip_spaces(tok_text)
+    if len(orig_ns) != len(tok_ns):
+        return whole
+    tok_to_ns = {s: ns for ns, s in tok_map.items()}
+    if start not in tok_to_ns or end not in tok_to_ns:
+        return whole
+    return orig_map[tok_to_ns[start]], orig_map[tok_to_ns[end]] + 1
+
+
+def get_final_text(pred_text, orig_text, do_lower_case):
+    s, e = final_text_span(pred_text, orig_text, do_lower_case)
+    return orig_text[s:e]
+
+
+def _context_text(example, first_word, last_word, pred_text, do_lower_case):
+    """The exact context characters of the prediction (spacing inside kept as written)."""
+    words = example.doc_tokens[first_word:last_word + 1]
+    orig_text = " ".join(words)
+    s, e = final_text_span(pred_text, orig_text, do_lower_case)
+    # Map positions in the single-space-joined words back to context offsets.
+    starts, pos = [], 0
+    for w in words:
+        starts.append(pos)
+        pos += len(w) + 1
+
+    def to_context(p):
+        i = max(j for j, st in enumerate(starts) if st <= p)
+        return example.word_offsets[first_word + i] + (p - starts[i])
+
+    return example.context[to_context(s):to_context(e - 1) + 1]
+
+
+def _top_indexes(logits, n):
+    return np.argsort(-np.asarray(logits), kind="stable")[:n].tolist()
+
+
+Prelim = collections.namedtuple("Prelim", "feature_index start end start_logit end_logit")
+
+
+def postprocess(examples, features, start_logits, end_logits, n_best_size=20,
+                max_answer_length=30, do_lower_case=True, version_2_with_negative=False,
+                null_score_diff_threshold=0.0):
+    """(predictions, nbest, null_odds): qid -> text, qid -> [entries], qid -> score diff.
+
+    `start_logits`/`end_logits`: [num_features, max_seq_length], aligned with `features`.
+    """
+    by_example = collections.defaultdict(list)
+    for i, f in enumerate(features):
+        by_example[f.example_index].append(i)
+    predictions, all_nbest, null_odds = collections.OrderedDict(), collections.OrderedDict(), \
+        collections.OrderedDict()
+    for example_index, ex in enumerate(examples):
+        prelim = []
+        score_null, null_entry = None, None
+        for fi in by_example.get(example_index, []):
+            f = features[fi]
+            s_logits, e_logits = start_logits[fi], end_logits[fi]
+            if version_2_with_negative:
+                null = float(s_logits[0] + e_logits[0])
+                if score_null is None or null < score_null:
+                    score_null = null
+                    null_entry = Prelim(fi, 0, 0, float(s_logits[0]), float(e_logits[0]))
+            for s in _top_indexes(s_logits, n_best_size):
+                for e in _top_indexes(e_logits, n_best_size):
+                    if s >= len(f.tokens) or e >= len(f.tokens):
+                        continue
+                    if s not in f.token_to_orig_map or e not in f.token_to_orig_map:
+                        continue
+                    if not f.token_is_max_context.get(s, False):
+                        continue
+                    if e < s or e - s + 1 > max_answer_length:
+                        continue
+                    prelim.append(Prelim(fi, s, e, float(s_logits[s]), float(e_logits[e])))
+        if null_entry is not None:
+            prelim.append(null_entry)
+        prelim.sort(key=lambda p: p.start_logit + p.end_logit, reverse=True)
+
+        nbest, seen = [], set()
+        for p in prelim:
+            if len(nbest) >= n_best_size:
+                break
+            if p.start > 0:
+                f = features[p.feature_index]
+                pieces = " ".join(f.tokens[p.start:p.end + 1])
+                pred = " ".join(pieces.replace(" ##", "").replace("##", "").strip().split())
+                text = _context_text(ex, f.token_to_orig_map[p.start],
+                                     f.token_to_orig_map[p.end], pred, do_lower_case)
+                if text in seen:
+                    continue
+            else:
+                text = ""
+            seen.add(text)
+            nbest.append((text, p.start_logit, p.end_logit))
+        if null_entry is not None and "" not in seen:
+            nbest.append(("", null_entry.start_logit, null_entry.end_logit))
+        if not any(t for t, _, _ in nbest):  # no valid span at all (rare): a placeholder
+            nbest.append(("empty", 0.0, 0.0))
+        probs = _softmax_list([s + e for _, s, e in nbest])
+        all_nbest[ex.qas_id] = [
+            collections.OrderedDict(text=t, probability=float(pr), start_logit=s, end_logit=e)
+            for (t, s, e), pr in zip(nbest, probs)]
+        best_non_null = next((t, s, e) for t, s, e in nbest if t)
+        if not version_2_with_negative:
+            predictions[ex.qas_id] = nbest[0][0]
+        else:
+            diff = score_null - best_non_null[1] - best_non_null[2]
+            null_odds[ex.qas_id] = diff
+            predictions[ex.qas_id] = "" if diff > null_score_diff_threshold else best_non_null[0]
+    return predictions, all_nbest, null_odds
+
+
+def _softmax_list(scores):
+    if not scores:
+        return []
+    m = max(scores)
+    exps = [np.exp(s - m) for s in scores]
+    total = sum(exps)
+    return [x / total for x in exps]
+
+
+# --- run_squad ---------------------------------------------------------------------------
+
+def _json_dump(path, obj):
+    from bert_tf.tasks.finetune import write_text
+    write_text(path, json.dumps(obj, indent=4, ensure_ascii=False) + "\n")
+
+
+def _has_answers(input_file):
+    import tensorflow as tf
+    with tf.io.gfile.GFile(input_file, "r") as f:
+        data = json.load(f)
+    return data, any(qa.get("answers") or "is_impossible" in qa
+                     for article in data["data"] for p in article["paragraphs"]
+                     for qa in p["qas"])
+
+
+def run(cfg):
+    """Train on --train_file and/or predict --predict_file (predictions.json, nbest, null odds).
+
+    When the predict file carries answers, EM/F1 (official script rules) go to
+    eval_results.txt too.
+    """
+    from bert_tf.tasks import finetune, squad_metrics
+    from bert_tf.tasks.classifier import check_common
+    bert_config, tokenizer = check_common(cfg, phases=("do_train", "do_predict"))
+    if cfg.do_train and not cfg.train_file:
+        raise BertError("--train_file: required with --do_train")
+    if cfg.do_predict and not cfg.predict_file:
+        raise BertError("--predict_file: required with --do_predict")
+    v2 = cfg.version_2_with_negative
+    train = read_squad_examples(cfg.train_file, True, v2) if cfg.do_train else None
+    evals = read_squad_examples(cfg.predict_file, False, v2) if cfg.do_predict else None
+    progress = cfg.progress
+    from bert_tf.models import BertSpanLabeler
+    tuner = finetune.Finetuner(lambda: BertSpanLabeler(bert_config), finetune.span_loss, cfg)
+    result = {"output_dir": cfg.output_dir}
+    if cfg.do_train:
+        if not train:
+            raise BertError(f"{cfg.train_file}: no training questions")
+        if cfg.seed is not None:
+            rng = np.random.RandomState(cfg.seed)
+            train = [train[i] for i in rng.permutation(len(train))]
+        feats = convert_examples_to_features(train, tokenizer, cfg.max_seq_length,
+                                             cfg.doc_stride, cfg.max_query_length, True,
+                                             progress="train features" if progress else None)
+        steps, warmup = cfg.train_steps(len(train))
+        log.info("training: %d questions, %d features, %d steps", len(train), len(feats), steps)
+        result["train_loss"] = tuner.train(features_to_arrays(feats, True), steps, warmup)
+    else:
+        tuner.restore(inference=True)
+    if cfg.do_predict:
+        feats = convert_examples_to_features(evals, tokenizer, cfg.max_seq_length,
+                                             cfg.doc_stride, cfg.max_query_length, False,
+                                             progress="eval features" if progress else None)
+        out = tuner.predict(features_to_arrays(feats, False), cfg.predict_batch_size,
+                            ["start_logits", "end_logits"])
+        preds, nbest, odds = postprocess(
+            evals, feats, out["start_logits"], out["end_logits"], cfg.n_best_size,
+            cfg.max_answer_length, cfg.do_lower_case, v2, cfg.null_score_diff_threshold)
+        _json_dump(os.path.join(cfg.output_dir, "predictions.json"), preds)
+        _json_dump(os.path.join(cfg.output_dir, "nbest_predictions.json"), nbest)
+        if v2:
+            _json_dump(os.path.join(cfg.output_dir, "null_odds.json"), odds)
+        result.update(predictions=preds, nbest=nbest, null_odds=odds)
+        data, labelled = _has_answers(cfg.predict_file)
+        if labelled:
+            scores = (squad_metrics.evaluate_v2(data, preds, odds) if v2
+                      else squad_metrics.evaluate_v1(data, preds))
+            scores["global_step"] = tuner.global_step
+            finetune.write_results(os.path.join(cfg.output_dir, "eval_results.txt"), scores)
+            result["eval"] = scores
+            log.info("eval: %s", scores)
+    if cfg.do_train and cfg.do_export:
+        export_dir = cfg.export_dir or os.path.join(cfg.output_dir, "export")
+        tuner.export(cfg.vocab_file, cfg.do_lower_case, export_dir, task="span")
+        result["export_dir"] = export_dir
+    return result
+
+
+@dataclasses.dataclass
+class SquadConfig(RunConfig):
+    """run_squad's flags (original names and defaults) on top of the shared RunConfig."""
+    bert_config_file: str = None
+    vocab_file: str = None
+    train_file: str = None
+    predict_file: str = None
+    do_lower_case: bool = True
+    do_train: bool = False
+    do_predict: bool = False
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    predict_batch_size: int = 8
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    version_2_with_negative: bool = False
+    null_score_diff_threshold: float = 0.0
+    verbose_logging: bool = False
+    export_dir: str = None
+    do_export: bool = True

@@ -1,0 +1,407 @@
+"""In-graph BERT tokenizer and packer built only from ops that stock TF Serving registers.
+
+`BertTextTokenizer` reproduces `bert_tf.tokenization.FullTokenizer` ids exactly, composing the
+original's steps from core TF ops plus the tf_text ops NormalizeUTF8, RegexSplitWithOffsets and
+WordpieceTokenizeWithOffsets (no FastBert*/FastWordpiece*, no py_function):
+
+  1. invalid UTF-8 bytes dropped (UnicodeTranscode errors="ignore" == Python's decode "ignore");
+  2. NUL, U+FFFD and control characters (category C*, unassigned included, except \\t \\n \\r)
+     deleted, joining their neighbours;
+  3. whitespace (\\t \\n \\r, Zs) -> space; U+2028/U+2029 too, because the original's final
+     `str.split()` splits on them (the other str.split() separators, \\x1c-\\x1f, \\x0b, \\x0c and
+     U+0085, are control characters and were already deleted);
+  4. spaces around CJK ideographs;
+  5. if lower-casing: StringLower(utf-8) (ICU full lower-casing, final sigma included, like
+     Python's str.lower), NFD, delete category Mn;
+  6. split on spaces, keeping each punctuation character as its own word;
+  7. words of more than 200 characters -> [UNK]; WordPiece (greedy longest match, `##`,
+     whole word -> [UNK] when a piece is unmatched).
+
+The character classes of steps 2-6 are generated from Python's `unicodedata` (the tables the
+Python tokenizer uses) rather than RE2's `\\p{..}` tables, so both tokenizers classify every code
+point the same way. Remaining differences are confined to the lower-casing path, where the
+in-graph lower-casing and NFD use ICU's Unicode tables instead of Python's (see
+`KNOWN_LOWER_CASE_DIFFERENCES`, found by comparing every code point).
+
+The vocab table is a `tf.lookup.StaticHashTable` over `TextFileInitializer(vocab_file)` (key =
+whole line, value = line number), so the vocab file becomes a SavedModel asset. A vocab whose
+lines `TextFileInitializer` would read differently from `tokenization.load_vocab` (surrounding
+spaces/tabs, empty lines, duplicates: load_vocab keeps the last) is first rewritten to a canonical
+copy in a temp dir with the same line numbers; the copy is then the asset.
+"""
+import functools
+import os
+import tempfile
+import unicodedata
+
+import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras is imported)
+import keras
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from bert_tf import BertError
+from bert_tf import tokenization
+
+_MAX_CHARS = tokenization.MAX_INPUT_CHARS_PER_WORD
+# UTF-8 needs at most 4 bytes a character: the byte limit never cuts before the char limit.
+_MAX_BYTES = 4 * _MAX_CHARS
+
+
+# ----------------------------------------------------------------------------------------------
+# Character classes (RE2 syntax) generated from unicodedata, i.e. from the very tables the Python
+# tokenizer uses (RE2's own \\p{..} tables follow another Unicode version).
+
+_SIGMA = "\u03A3"
+_NUM_CPS = 0x110000
+
+
+@functools.lru_cache(maxsize=None)
+def _categories():
+    """numpy array: general category (2-letter str) of every code point."""
+    return np.array([unicodedata.category(chr(cp)) for cp in range(_NUM_CPS)], dtype="U2")
+
+
+def _mask_ranges(mask):
+    """Inclusive (lo, hi) runs of True in a bool mask over all code points (surrogates excluded:
+    they never occur in valid UTF-8 and RE2 rejects them)."""
+    mask = mask.copy()
+    mask[0xD800:0xE000] = False
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], mask, [False]]).astype(np.int8)))
+    return [(int(lo), int(hi) - 1) for lo, hi in zip(edges[::2], edges[1::2])]
+
+
+def _re2_class(ranges):
+    parts = []
+    for lo, hi in ranges:
+        parts.append(f"\\x{{{lo:X}}}" if lo == hi else f"\\x{{{lo:X}}}-\\x{{{hi:X}}}")
+    return "[" + "".join(parts) + "]"
+
+
+@functools.lru_cache(maxsize=None)
+def _deleted_mask():
+    cats = _categories()
+    mask = np.char.startswith(cats, "C")  # tokenization._is_control, unassigned (Cn) included
+    mask[[0x09, 0x0A, 0x0D]] = False
+    mask[[0x00, 0xFFFD]] = True
+    return mask
+
+
+@functools.lru_cache(maxsize=None)
+def char_classes():
+    """Dict of RE2 character classes: delete, space, cjk, punct, mn."""
+    cats = _categories()
+    deleted = _deleted_mask()
+    space = cats == "Zs"
+    # Whitespace to the original = what survives cleaning and str.split() still splits on
+    # (str.isspace: \\t \\n \\r, Zs, and U+2028/U+2029).
+    space[[cp for cp in range(_NUM_CPS) if chr(cp).isspace()]] = True
+    space &= ~deleted
+    punct = np.char.startswith(cats, "P")
+    for lo, hi in ((33, 47), (58, 64), (91, 96), (123, 126)):
+        punct[lo:hi + 1] = True
+    return {
+        "delete": _re2_class(_mask_ranges(deleted)),
+        "space": _re2_class(_mask_ranges(space)),
+        "cjk": _re2_class(sorted(tokenization._CJK_RANGES)),
+        "punct": _re2_class(_mask_ranges(punct)),
+        "mn": _re2_class(_mask_ranges(cats == "Mn")),
+    }
+
+
+@functools.lru_cache(maxsize=None)
+def case_fixups():
+    """(char, Python's lower-case) for chars ICU's StringLower maps differently (newer Unicode).
+
+    Applied before StringLower; ICU leaves the (to it unknown) results alone.
+    """
+    deleted = _deleted_mask()
+    cased = [cp for cp in range(0x80, _NUM_CPS)
+             if not deleted[cp] and not 0xD800 <= cp <= 0xDFFF and chr(cp).lower() != chr(cp)]
+    with tf.init_scope():
+        icu = tf.strings.lower([chr(cp) for cp in cased], encoding="utf-8").numpy()
+    return tuple((chr(cp), chr(cp).lower()) for cp, low in zip(cased, icu)
+                 if low.decode("utf-8") != chr(cp).lower())
+
+
+@functools.lru_cache(maxsize=None)
+def _sigma_context_tables():
+    """(starts, ends) ranges of Cased and of Case_Ignorable as Python's str.lower sees them.
+
+    Cased is read off str.islower/isupper/istitle. Case_Ignorable (not exposed by unicodedata)
+    is probed through str.lower's own final-sigma rule, on the categories it can contain
+    (Mn Me Cf Lm Sk, and P* for the Word_Break MidLetter/MidNumLet/Single_Quote characters).
+    """
+    cats = _categories()
+    probe = np.isin(cats, ["Mn", "Me", "Cf", "Lm", "Sk", "Po", "Pi", "Pf", "Pd", "Pc"])
+    cased = np.zeros(_NUM_CPS, bool)
+    ignorable = np.zeros(_NUM_CPS, bool)
+    for cp in range(_NUM_CPS):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        c = chr(cp)
+        if c.islower() or c.isupper() or c.istitle():
+            cased[cp] = True
+            # Sigma preceded by c only: stays non-final iff c is skipped as case-ignorable.
+            ignorable[cp] = probe[cp] and ("-" + c + _SIGMA).lower()[-1] == "\u03C3"
+        elif probe[cp]:
+            # Sigma followed by c then a cased letter: non-final iff c is skipped.
+            ignorable[cp] = ("A" + _SIGMA + c + "B").lower()[1] == "\u03C3"
+
+    def split(ranges):
+        return [lo for lo, _ in ranges], [hi for _, hi in ranges]
+    return split(_mask_ranges(cased)), split(_mask_ranges(ignorable))
+
+
+def _in_ranges(cps, ranges):
+    starts = tf.constant(ranges[0], tf.int32)
+    ends = tf.constant(ranges[1], tf.int32)
+    idx = tf.searchsorted(starts, cps, side="right") - 1
+    return (idx >= 0) & (cps <= tf.gather(ends, tf.maximum(idx, 0)))
+
+
+def _resolve_capital_sigma(x):
+    """Lower-cases U+03A3 like Python's str.lower (final sigma rule, Python's Unicode tables).
+
+    Final form iff preceded by a cased char and not followed by one, skipping case-ignorables.
+    Rows are separate strings; spaces (neither cased nor ignorable) bound the context like the
+    original's per-word lower-casing.
+    """
+    cased_r, ignorable_r = _sigma_context_tables()
+    cps = tf.strings.unicode_decode(x, "UTF-8")
+    flat = cps.flat_values
+    n = tf.size(flat)
+    row = tf.cast(cps.value_rowids(), tf.int32)
+    pos = tf.range(n)
+    cased = _in_ranges(flat, cased_r)
+    # Anchors: where the context scan stops. A sentinel past the end keeps gathers in range.
+    anchors = tf.concat([tf.boolean_mask(pos, ~_in_ranges(flat, ignorable_r)), [n]], 0)
+    row_ext = tf.concat([row, [-1]], 0)
+    cased_ext = tf.concat([cased, [False]], 0)
+    before = tf.searchsorted(anchors, pos, side="left")  # anchors strictly before i
+    prev = tf.gather(anchors, tf.maximum(before - 1, 0))
+    prev_cased = (before > 0) & tf.gather(cased_ext, prev) & (tf.gather(row_ext, prev) == row)
+    nxt = tf.gather(anchors, tf.searchsorted(anchors, pos, side="right"))
+    next_cased = tf.gather(cased_ext, nxt) & (tf.gather(row_ext, nxt) == row)
+    lowered = tf.where(prev_cased & ~next_cased, 0x3C2, 0x3C3)
+    flat = tf.where(tf.equal(flat, ord(_SIGMA)), lowered, flat)
+    return tf.strings.unicode_encode(cps.with_flat_values(flat), "UTF-8")
+
+
+# ----------------------------------------------------------------------------------------------
+# Vocab
+
+def _canonical_vocab_file(vocab_file):
+    """vocab_file itself if TextFileInitializer reads it like load_vocab, else a canonical copy."""
+    lines = tokenization._read_lines(vocab_file)
+    tokens = [line.strip(" \t\r\n") for line in lines]
+    last = {tok: i for i, tok in enumerate(tokens)}  # load_vocab: later duplicates win
+    canonical = all(
+        tok and last[tok] == i and (line == tok or line == tok + "\r")
+        for i, (line, tok) in enumerate(zip(lines, tokens)))
+    if canonical:
+        return vocab_file, len(lines)
+    out = []
+    for i, tok in enumerate(tokens):
+        if tok and last[tok] == i:
+            out.append(tok)
+        else:
+            # Never looked up: words contain no spaces. Keeps every later line number intact.
+            filler = f"[unused line {i}]"
+            while filler in last:
+                filler += "_"
+            out.append(filler)
+    tmp_dir = tempfile.mkdtemp(prefix="bert_tf_vocab_")
+    path = os.path.join(tmp_dir, os.path.basename(vocab_file) or "vocab.txt")
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write("\n".join(out) + "\n")
+    return path, len(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenizer
+
+class BertTextTokenizer(tf.Module):
+    """In-graph equivalent of `tokenization.FullTokenizer(vocab_file, do_lower_case)`.
+
+    `tokenize(strings)` -> int64 RaggedTensor [batch, words, pieces] (TF Hub convention).
+    """
+
+    def __init__(self, vocab_file, do_lower_case=True, name=None):
+        super().__init__(name=name)
+        vocab = tokenization.load_vocab(vocab_file)  # validates + BertError on bad files
+        self.vocab_file = vocab_file
+        self.do_lower_case = bool(do_lower_case)
+        table_file, num_lines = _canonical_vocab_file(vocab_file)
+        self.vocab_size = num_lines
+        self.cls_id = vocab[tokenization.CLS]
+        self.sep_id = vocab[tokenization.SEP]
+        self.mask_id = vocab[tokenization.MASK]
+        self.unk_id = vocab[tokenization.UNK]
+        self.pad_id = vocab.get(tokenization.PAD, 0)
+        init = tf.lookup.TextFileInitializer(
+            table_file, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
+            tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER)
+        self._table = tf.lookup.StaticHashTable(init, default_value=-1)
+        self._wordpiece = tf_text.WordpieceTokenizer(
+            self._table, suffix_indicator="##", max_bytes_per_word=_MAX_BYTES,
+            token_out_type=tf.string, unknown_token=tokenization.UNK)
+        cls = char_classes()
+        self._delete_re = cls["delete"] + "+"
+        self._space_re = cls["space"]
+        self._cjk_re = "(" + cls["cjk"] + ")"
+        self._mn_re = cls["mn"] + "+"
+        self._split_re = " +|" + cls["punct"]
+        self._keep_re = cls["punct"]
+        if self.do_lower_case:
+            self._case_fixups = case_fixups()
+            specials = [_SIGMA] + [src for src, _ in self._case_fixups]
+            self._special_re = "(?s).*[" + "".join(f"\\x{{{ord(c):X}}}" for c in specials) + "].*"
+
+    def _lower_special(self, x):
+        for src, dst in self._case_fixups:
+            x = tf.strings.regex_replace(x, f"\\x{{{ord(src):X}}}", dst)
+        return _resolve_capital_sigma(x)
+
+    def basic_tokenize(self, strings):
+        """BasicTokenizer: string [batch] -> string RaggedTensor [batch, words]."""
+        x = tf.convert_to_tensor(strings, dtype=tf.string)
+        if x.shape.rank == 0:
+            x = tf.reshape(x, [1])
+        x = tf.strings.unicode_transcode(x, "UTF-8", "UTF-8", errors="ignore")
+        x = tf.strings.regex_replace(x, self._delete_re, "")
+        x = tf.strings.regex_replace(x, self._space_re, " ")
+        x = tf.strings.regex_replace(x, self._cjk_re, " \\1 ")
+        if self.do_lower_case:
+            # ASCII first, without ICU: ICU lower-cases with the process locale (tr/az: I -> ı).
+            x = tf.strings.lower(x)
+            # Rare characters (capital sigma, case mappings newer than ICU's): exact path only
+            # for batches that contain them.
+            x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, self._special_re)),
+                        lambda: self._lower_special(x), lambda: tf.identity(x))
+            x = tf.strings.lower(x, encoding="utf-8")
+            x = tf_text.normalize_utf8(x, "NFD")
+            x = tf.strings.regex_replace(x, self._mn_re, "")
+        words, _, _ = tf_text.regex_split_with_offsets(x, self._split_re, self._keep_re)
+        return words
+
+    def tokenize_to_pieces(self, strings):
+        """String RaggedTensor [batch, words, pieces] (the vocab strings of the ids)."""
+        words = self.basic_tokenize(strings)
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > _MAX_CHARS
+        words = words.with_flat_values(
+            tf.where(too_long, tokenization.UNK, words.flat_values))
+        return self._wordpiece.tokenize(words)
+
+    def tokenize(self, strings):
+        """int64 RaggedTensor [batch, words, pieces] of vocab ids."""
+        pieces = self.tokenize_to_pieces(strings)
+        return pieces.with_flat_values(self._table.lookup(pieces.flat_values))
+
+
+# ----------------------------------------------------------------------------------------------
+# Packing
+
+def _truncated_lengths(len_a, len_b, budget):
+    """Final lengths of the original's _truncate_seq_pair (pop from the longer, ties pop b)."""
+    half_up = (budget + 1) // 2
+    half_down = budget // 2
+    new_a = tf.minimum(len_a, tf.maximum(budget - len_b, half_up))
+    new_b = tf.minimum(len_b, tf.maximum(budget - len_a, half_down))
+    return new_a, new_b
+
+
+def _flatten_segment(seg):
+    if not isinstance(seg, tf.RaggedTensor):
+        seg = tf.RaggedTensor.from_tensor(seg)
+    while seg.ragged_rank > 1:
+        seg = seg.merge_dims(1, 2)
+    return tf.cast(seg, tf.int32)
+
+
+def _keep_first(seg, lengths):
+    positions = tf.ragged.range(tf.cast(seg.row_lengths(), tf.int32))
+    return tf.ragged.boolean_mask(seg, positions < tf.expand_dims(lengths, 1))
+
+
+def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
+    """[CLS] a [SEP] (b [SEP]) packed to int32 [batch, seq_length] exactly like the original.
+
+    segments: list of 1 or 2 RaggedTensors [batch, (words), (pieces)] or [batch, (pieces)].
+    Single segment: cut to seq_length - 2. Pair: cut to seq_length - 3 in total with the
+    original's _truncate_seq_pair (pop from the end of the longer, ties pop from b). As in the
+    original's convert_single_example, a row whose b is empty is packed as a single segment
+    ([CLS] a [SEP], budget seq_length - 2, no second [SEP]); TF Hub's bert_pack_inputs would
+    add an empty b's [SEP] instead. Returns input_word_ids, input_mask, input_type_ids.
+    """
+    if not 1 <= len(segments) <= 2:
+        raise BertError(f"pack_inputs: expected 1 or 2 segments, got {len(segments)}")
+    if seq_length < len(segments) + 1:
+        raise BertError(f"pack_inputs: seq_length {seq_length} leaves no room for [CLS]/[SEP]")
+    segs = [_flatten_segment(s) for s in segments]
+    batch = segs[0].nrows(out_type=tf.int32)
+    lens = [tf.cast(s.row_lengths(), tf.int32) for s in segs]
+    single_len = tf.minimum(lens[0], seq_length - 2)
+    if len(segs) == 1:
+        new_lens = [single_len]
+        has_b = None
+    else:
+        has_b = lens[1] > 0
+        pair_a, pair_b = _truncated_lengths(lens[0], lens[1], seq_length - 3)
+        new_lens = [tf.where(has_b, pair_a, single_len), pair_b]
+    segs = [_keep_first(s, n) for s, n in zip(segs, new_lens)]
+
+    def column(value, rows=None):
+        if rows is None:
+            return tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(value, tf.int32)))
+        lengths = tf.cast(rows, tf.int32)
+        return tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(lengths)], tf.constant(value, tf.int32)), lengths)
+
+    parts = [column(cls_id), segs[0], column(sep_id)]
+    types = [column(0), tf.zeros_like(segs[0]), column(0)]
+    if has_b is not None:
+        parts += [segs[1], column(sep_id, has_b)]
+        types += [tf.ones_like(segs[1]), column(1, has_b)]
+    ids = tf.concat(parts, axis=1)
+    type_ids = tf.concat(types, axis=1)
+    shape = [None, seq_length]
+    return {
+        "input_word_ids": ids.to_tensor(default_value=pad_id, shape=shape),
+        "input_mask": tf.ones_like(ids).to_tensor(default_value=0, shape=shape),
+        "input_type_ids": type_ids.to_tensor(default_value=0, shape=shape),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Keras layer
+
+class BertPreprocessingLayer(keras.layers.Layer):
+    """string [batch] (or a list of two for sentence pairs) -> BERT inputs dict at seq_length."""
+
+    def __init__(self, vocab_file, do_lower_case=True, seq_length=128, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        self.vocab_file = vocab_file
+        self.do_lower_case = bool(do_lower_case)
+        self.seq_length = int(seq_length)
+        self.tokenizer = BertTextTokenizer(vocab_file, do_lower_case=do_lower_case)
+
+    def call(self, inputs):
+        texts = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        segments = [self.tokenizer.tokenize(tf.reshape(t, [-1])) for t in texts]
+        return pack_inputs(segments, self.seq_length, self.tokenizer.cls_id,
+                           self.tokenizer.sep_id, self.tokenizer.pad_id)
+
+    def compute_output_spec(self, inputs):
+        first = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
+        shape = (first.shape[0] if first.shape else None, self.seq_length)
+        spec = keras.KerasTensor(shape, dtype="int32")
+        return {"input_word_ids": spec,
+                "input_mask": keras.KerasTensor(shape, dtype="int32"),
+                "input_type_ids": keras.KerasTensor(shape, dtype="int32")}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocab_file=self.vocab_file, do_lower_case=self.do_lower_case,
+                      seq_length=self.seq_length)
+        return config

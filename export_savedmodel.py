@@ -1,0 +1,111 @@
+"""Export a BERT checkpoint as SavedModels (preprocessor / encoder / end-to-end / TF Serving).
+
+  python export_savedmodel.py --bert_config_file=bert_config.json --vocab_file=vocab.txt \
+      --init_checkpoint=bert_model.ckpt --task=fill_mask \
+      --export_base=export --model_name=bert_fill_mask          # export/bert_fill_mask/<next>/
+
+  --kind=preprocessor|encoder with --export_dir=DIR writes the TF Hub-style pieces instead.
+See export/README.md for serving the result.
+"""
+import sys
+
+from absl import app, flags
+
+import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras loads)
+from bert_tf import BertError
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
+flags.DEFINE_string("init_checkpoint", None,
+                    "Checkpoint to export (original TF1 or bert_tf). Random weights if unset.")
+flags.DEFINE_string("vocab_file", None, "vocab.txt the model was trained with.")
+flags.DEFINE_bool("do_lower_case", True, "Lower-case (and strip accents from) the input text.")
+flags.DEFINE_enum("kind", "end_to_end", ["end_to_end", "encoder", "preprocessor"],
+                  "What to export.")
+flags.DEFINE_string("export_dir", None, "Write the SavedModel here (replaced if it exists).")
+flags.DEFINE_string("export_base", None,
+                    "TF Serving layout: write <export_base>/<model_name>/<version>/ (end_to_end).")
+flags.DEFINE_string("model_name", "bert", "Model name under --export_base.")
+flags.DEFINE_integer("version", None, "Version under --export_base (default: next integer).")
+flags.DEFINE_enum("task", "embeddings",
+                  ["embeddings", "fill_mask", "classification", "regression", "span", "tagging"],
+                  "Task outputs of the end-to-end export.")
+flags.DEFINE_integer("seq_length", 128, "Sequence length the text signatures pack to.")
+flags.DEFINE_list("labels", None,
+                  "classification/tagging: label strings, in logit order (sets the class count).")
+flags.DEFINE_integer("num_labels", None,
+                     "classification/tagging: class count when --labels is not given.")
+flags.DEFINE_integer("top_k", 5, "fill_mask: candidates per [MASK].")
+flags.DEFINE_integer("max_masks", 8, "fill_mask: [MASK] positions answered per text.")
+flags.DEFINE_integer("max_answer_length", 30, "span: longest answer in wordpieces.")
+
+
+def build_model(cfg, task, num_labels):
+    from bert_tf import models as bm
+    from bert_tf.encoder import BertEncoder, dummy_inputs
+    if task == "embeddings":
+        model = BertEncoder.from_bert_config(cfg, name="encoder")
+        model(dummy_inputs(), training=False)
+        return model
+    if task in ("classification", "tagging") and not num_labels:
+        raise BertError(f"--task={task}: give --labels or --num_labels")
+    model = {"fill_mask": lambda: bm.BertPretrainer(cfg),
+             "classification": lambda: bm.BertClassifier(cfg, num_labels),
+             "regression": lambda: bm.BertClassifier(cfg, 1),
+             "span": lambda: bm.BertSpanLabeler(cfg),
+             "tagging": lambda: bm.BertTokenClassifier(cfg, num_labels)}[task]()
+    return bm.build_model(model)
+
+
+def run():
+    from bert_tf import export
+    from bert_tf.config import BertConfig
+    from bert_tf.export import serving
+
+    if FLAGS.kind == "preprocessor":
+        if not FLAGS.vocab_file or not FLAGS.export_dir:
+            raise BertError("--kind=preprocessor: needs --vocab_file and --export_dir")
+        return export.export_preprocessor(FLAGS.vocab_file, FLAGS.do_lower_case,
+                                          FLAGS.export_dir, FLAGS.seq_length)
+    if not FLAGS.bert_config_file:
+        raise BertError("--bert_config_file: required")
+    if bool(FLAGS.export_dir) == bool(FLAGS.export_base):
+        raise BertError("--export_dir/--export_base: give exactly one")
+    if FLAGS.kind == "encoder" and FLAGS.export_base:
+        raise BertError("--export_base: only for --kind=end_to_end; use --export_dir")
+    if FLAGS.kind == "end_to_end" and not FLAGS.vocab_file:
+        raise BertError("--vocab_file: required for --kind=end_to_end")
+    cfg = BertConfig.from_json_file(FLAGS.bert_config_file)
+    num_labels = len(FLAGS.labels) if FLAGS.labels else FLAGS.num_labels
+    task = "embeddings" if FLAGS.kind == "encoder" else FLAGS.task
+    model = build_model(cfg, task, num_labels)
+    if FLAGS.init_checkpoint:
+        from bert_tf.checkpoints import load_checkpoint
+        load_checkpoint(model, FLAGS.init_checkpoint)
+    else:
+        print("warning: no --init_checkpoint, exporting random weights", file=sys.stderr)
+    if FLAGS.kind == "encoder":
+        return export.export_encoder(model, FLAGS.export_dir)
+    kwargs = dict(task=task, seq_length=FLAGS.seq_length, labels=FLAGS.labels,
+                  top_k=FLAGS.top_k, max_masks=FLAGS.max_masks,
+                  max_answer_length=FLAGS.max_answer_length)
+    if FLAGS.export_base:
+        return serving.export_for_serving(FLAGS.export_base, FLAGS.model_name, FLAGS.version,
+                                          model=model, vocab_file=FLAGS.vocab_file,
+                                          do_lower_case=FLAGS.do_lower_case, **kwargs)
+    return export.export_end_to_end(model, FLAGS.vocab_file, FLAGS.do_lower_case,
+                                    FLAGS.export_dir, **kwargs)
+
+
+def main(argv):
+    del argv
+    try:
+        path = run()
+    except BertError as e:
+        sys.exit(f"error: {e}")
+    print(f"exported {path}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,61 @@
+"""BERT fine-tuning for SQuAD v1.1 / v2.0 (writes predictions.json, nbest_predictions.json,
+null_odds.json; and eval_results.txt when the predict file has answers).
+
+Logic: bert_tf.tasks.squad. Original flags and defaults plus the TF2 additions.
+"""
+from absl import app, flags, logging
+
+import bert_tf  # noqa: F401  (sets the Keras backend)
+from bert_tf.tasks import cli
+
+flags.DEFINE_string("bert_config_file", None, "The config json file of the pre-trained BERT "
+                    "model.")
+flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+flags.DEFINE_string("output_dir", None, "The output directory where the model checkpoints "
+                    "and predictions will be written.")
+flags.DEFINE_string("train_file", None, "SQuAD json for training, e.g. train-v1.1.json")
+flags.DEFINE_string("predict_file", None, "SQuAD json for predictions, e.g. dev-v1.1.json")
+flags.DEFINE_string("init_checkpoint", None, "Initial checkpoint (usually from a pre-trained "
+                    "BERT model; original TF1 or bert_tf format).")
+flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text. Should be "
+                  "True for uncased models and False for cased models.")
+flags.DEFINE_integer("max_seq_length", 384, "The maximum total input sequence length after "
+                     "WordPiece tokenization.")
+flags.DEFINE_integer("doc_stride", 128, "When splitting up a long document into chunks, how "
+                     "much stride to take between chunks.")
+flags.DEFINE_integer("max_query_length", 64, "The maximum number of tokens for the question; "
+                     "longer questions are truncated.")
+flags.DEFINE_bool("do_train", False, "Whether to run training.")
+flags.DEFINE_bool("do_predict", False, "Whether to run eval on the dev set.")
+flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
+flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.")
+flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
+flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
+flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training to perform linear "
+                   "learning rate warmup for. E.g., 0.1 = 10% of training.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save the model checkpoint.")
+flags.DEFINE_integer("iterations_per_loop", 1000, "How many steps to make in each "
+                     "tf.function call (capped at 50 so progress stays visible).")
+flags.DEFINE_integer("n_best_size", 20, "The total number of n-best predictions to generate "
+                     "in the nbest_predictions.json output file.")
+flags.DEFINE_integer("max_answer_length", 30, "The maximum length of an answer that can be "
+                     "generated (in WordPieces).")
+cli.define_tpu_flags()
+flags.DEFINE_bool("verbose_logging", False, "Log the text alignment warnings of "
+                  "post-processing.")
+flags.DEFINE_bool("version_2_with_negative", False, "If true, the SQuAD examples contain some "
+                  "that do not have an answer.")
+flags.DEFINE_float("null_score_diff_threshold", 0.0, "If null_score - best_non_null is "
+                   "greater than the threshold predict null.")
+cli.define_tf2_flags()
+
+
+def _report(result):
+    cli.print_eval(result)
+    print(f"predictions in {result['output_dir']}")
+
+
+if __name__ == "__main__":
+    logging.set_verbosity(logging.INFO)
+    from bert_tf.tasks import squad
+    app.run(cli.main_for(squad.run, squad.SquadConfig, _report))

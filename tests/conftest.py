@@ -1,0 +1,96 @@
+"""Shared pytest fixtures.
+
+The host CPU is split into two logical devices before anything initialises TensorFlow, so that
+MirroredStrategy can be tested with two replicas on a CPU-only machine (other tests keep using
+/CPU:0 as before).
+"""
+import numpy as np
+import pytest
+
+import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras is imported)
+from bert_tf.distribute import split_cpu
+
+TWO_CPUS = split_cpu(2)
+
+
+# ---- pre-training data --------------------------------------------------------------------
+
+# Token ids of the synthetic pre-training vocabulary.
+PAD_ID, CLS_ID, SEP_ID, MASK_ID, FIRST_WORD_ID = 0, 1, 2, 3, 4
+
+
+def make_pretraining_instance(rng, seq_len, max_pred, vocab_size, min_len=None):
+    """One padded instance with learnable structure (a dict of the record's features).
+
+    Each segment repeats one word; segment B repeats A's word (label 0, "actual next") or another
+    one (label 1, "random next"). Masked tokens are predictable from their segment, NSP from
+    comparing the two segments' words.
+    """
+    words = vocab_size - FIRST_WORD_ID
+    total = int(rng.integers(min_len or seq_len // 2, seq_len + 1))
+    n_a = int(rng.integers(2, total - 4))
+    n_b = total - 3 - n_a
+    word_a = int(rng.integers(words))
+    is_random = bool(rng.integers(2))
+    word_b = (word_a + int(rng.integers(1, words))) % words if is_random else word_a
+    a = [word_a + FIRST_WORD_ID] * n_a
+    b = [word_b + FIRST_WORD_ID] * n_b
+    ids = [CLS_ID] + a + [SEP_ID] + b + [SEP_ID]
+    segs = [0] * (n_a + 2) + [1] * (n_b + 1)
+    cand = [i for i, t in enumerate(ids) if t not in (CLS_ID, SEP_ID)]
+    n_pred = min(max_pred, max(1, int(round(len(cand) * 0.15))))
+    pos = sorted(rng.choice(cand, size=n_pred, replace=False).tolist())
+    labels = [ids[p] for p in pos]
+    masked = list(ids)
+    for p in pos:
+        masked[p] = MASK_ID
+    pad, ppad = seq_len - total, max_pred - n_pred
+    return {"input_ids": masked + [0] * pad, "input_mask": [1] * total + [0] * pad,
+            "segment_ids": segs + [0] * pad, "masked_lm_positions": pos + [0] * ppad,
+            "masked_lm_ids": labels + [0] * ppad,
+            "masked_lm_weights": [1.0] * n_pred + [0.0] * ppad,
+            "next_sentence_labels": [int(is_random)]}
+
+
+def write_pretraining_records(path, num_examples, seq_len=32, max_pred=5, vocab_size=64,
+                              seed=0, min_len=None):
+    """Write `num_examples` synthetic instances to one TFRecord file; returns their features."""
+    import tensorflow as tf
+    rng = np.random.default_rng(seed)
+    out = []
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for _ in range(num_examples):
+            f = make_pretraining_instance(rng, seq_len, max_pred, vocab_size, min_len)
+            feature = {k: (tf.train.Feature(float_list=tf.train.FloatList(value=v))
+                           if k == "masked_lm_weights" else
+                           tf.train.Feature(int64_list=tf.train.Int64List(value=v)))
+                       for k, v in f.items()}
+            ex = tf.train.Example(features=tf.train.Features(feature=feature))
+            w.write(ex.SerializeToString())
+            out.append(f)
+    return out
+
+
+@pytest.fixture
+def pretraining_records(tmp_path):
+    """Two synthetic shards (seq 32, 5 predictions, vocab 64): (glob pattern, features)."""
+    feats = []
+    for i in range(2):
+        feats += write_pretraining_records(tmp_path / f"shard-{i}.tfrecord", 96, seed=i)
+    return str(tmp_path / "shard-*.tfrecord"), feats
+
+
+def tiny_bert_config(dropout=0.0, vocab_size=64, **overrides):
+    """A 2-layer, hidden-32 BertConfig for fast CPU tests."""
+    from bert_tf.config import BertConfig
+    args = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
+                num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                type_vocab_size=2, hidden_dropout_prob=dropout,
+                attention_probs_dropout_prob=dropout)
+    args.update(overrides)
+    return BertConfig(**args)
+
+
+@pytest.fixture
+def tiny_config():
+    return tiny_bert_config()

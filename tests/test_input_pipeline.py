@@ -1,0 +1,200 @@
+"""bert_tf.input_pipeline: names/dtypes/values, sharding, deterministic resume, dynamic masking."""
+import numpy as np
+import pytest
+
+import bert_tf
+import tensorflow as tf
+
+from bert_tf import BertError
+from bert_tf.input_pipeline import (dynamic_mask, list_files, mask_candidates,
+                                    pretraining_dataset, unmask)
+from conftest import CLS_ID, MASK_ID, SEP_ID, write_pretraining_records
+
+SEQ, PRED, VOCAB = 32, 5, 64
+
+
+def _ds(pattern, batch=4, **kw):
+    kw.setdefault("is_training", False)
+    return pretraining_dataset(pattern, batch, SEQ, PRED, **kw)
+
+
+def _collect(ds, n=None):
+    out = []
+    for i, b in enumerate(ds):
+        if n is not None and i >= n:
+            break
+        out.append({k: v.numpy() for k, v in b.items()})
+    return out
+
+
+def test_eval_batches_are_the_records_in_order(tmp_path):
+    feats = write_pretraining_records(tmp_path / "a.tfrecord", 10, seed=3)
+    batches = _collect(_ds(str(tmp_path / "a.tfrecord"), batch=4))
+    assert len(batches) == 2  # drop_remainder: 10 -> 2 batches of 4
+    b = batches[1]
+    assert sorted(b) == ["input_mask", "input_type_ids", "input_word_ids", "masked_lm_ids",
+                         "masked_lm_positions", "masked_lm_weights", "next_sentence_labels"]
+    for k, v in b.items():
+        assert v.dtype == (np.float32 if k == "masked_lm_weights" else np.int32), k
+    assert b["input_word_ids"].shape == (4, SEQ) and b["masked_lm_ids"].shape == (4, PRED)
+    assert b["next_sentence_labels"].shape == (4,)
+    for j in range(4):
+        f = feats[4 + j]
+        np.testing.assert_array_equal(b["input_word_ids"][j], f["input_ids"])
+        np.testing.assert_array_equal(b["input_type_ids"][j], f["segment_ids"])
+        np.testing.assert_array_equal(b["input_mask"][j], f["input_mask"])
+        np.testing.assert_array_equal(b["masked_lm_positions"][j], f["masked_lm_positions"])
+        np.testing.assert_array_equal(b["masked_lm_ids"][j], f["masked_lm_ids"])
+        np.testing.assert_array_equal(b["masked_lm_weights"][j], f["masked_lm_weights"])
+        assert b["next_sentence_labels"][j] == f["next_sentence_labels"][0]
+    # Static shapes for TPU.
+    spec = _ds(str(tmp_path / "a.tfrecord")).element_spec
+    assert spec["input_word_ids"].shape.as_list() == [4, SEQ]
+
+
+def test_file_patterns(tmp_path):
+    for name in ("a-0.tfrecord", "a-1.tfrecord", "b.tfrecord", "c.txt"):
+        (tmp_path / name).write_bytes(b"")
+    got = list_files(f"{tmp_path}/a-*.tfrecord, {tmp_path}/b.tfrecord,{tmp_path}/a-0.tfrecord")
+    assert [p.rsplit("/", 1)[1] for p in got] == ["a-0.tfrecord", "a-1.tfrecord", "b.tfrecord"]
+    with pytest.raises(BertError) as e:
+        _ds(f"{tmp_path}/nothing-*.tfrecord")
+    assert str(e.value) == f"--input_file={tmp_path}/nothing-*.tfrecord: no file matches"
+
+
+def _ids(batches):
+    return [tuple(row) for b in batches for row in b["input_word_ids"]]
+
+
+def test_sharding_by_file_and_by_record(tmp_path):
+    for i in range(4):
+        write_pretraining_records(tmp_path / f"s-{i}.tfrecord", 6, seed=10 + i)
+    pattern = str(tmp_path / "s-*.tfrecord")
+    everything = _ids(_collect(_ds(pattern, batch=2)))
+    assert len(everything) == 24
+    parts = [_ids(_collect(_ds(pattern, batch=2, input_context=tf.distribute.InputContext(
+        num_input_pipelines=2, input_pipeline_id=i)))) for i in range(2)]
+    assert sorted(parts[0] + parts[1]) == sorted(everything) and not set(parts[0]) & set(parts[1])
+    assert len(parts[0]) == 12  # two whole files each
+    # One file, two pipelines: records are split instead (even / odd records).
+    one = str(tmp_path / "s-0.tfrecord")
+    rec = [_ids(_collect(_ds(one, batch=1, input_context=tf.distribute.InputContext(2, i, 1))))
+           for i in range(2)]
+    full = _ids(_collect(_ds(one, batch=1)))
+    assert rec[0] == full[0::2] and rec[1] == full[1::2]
+
+
+def test_training_stream_is_seeded_and_skippable(tmp_path):
+    for i in range(3):
+        write_pretraining_records(tmp_path / f"t-{i}.tfrecord", 7, seed=20 + i)
+    pattern = str(tmp_path / "t-*.tfrecord")
+    a = _ids(_collect(_ds(pattern, is_training=True, seed=5), 12))  # > 2 epochs of 21 records
+    b = _ids(_collect(_ds(pattern, is_training=True, seed=5, skip_batches=5), 7))
+    c = _ids(_collect(_ds(pattern, is_training=True, seed=6), 12))
+    assert a[20:] == b
+    assert a != c
+    records = _ids(_collect(_ds(pattern, batch=1)))
+    assert set(a) <= set(records) and a[:21] != records  # shuffled; epochs mix, as the original
+
+
+def test_mask_candidates_and_unmask():
+    ids = tf.constant([CLS_ID, 10, 11, SEP_ID, 20, 21, 22, SEP_ID, 0, 0])
+    mask = tf.constant([1, 1, 1, 1, 1, 1, 1, 1, 0, 0])
+    types = tf.constant([0, 0, 0, 0, 1, 1, 1, 1, 0, 0])
+    cand = mask_candidates(mask, types).numpy()
+    assert cand.tolist() == [False, True, True, False, True, True, True, False, False, False]
+    # Single segment filling the whole sequence: the last token is the [SEP].
+    full = mask_candidates(tf.ones([4], tf.int32), tf.zeros([4], tf.int32)).numpy()
+    assert full.tolist() == [False, True, True, False]
+    masked = {"input_word_ids": tf.constant([CLS_ID, MASK_ID, 11, SEP_ID, 20, 9, 22, SEP_ID, 0, 0]),
+              "masked_lm_positions": tf.constant([1, 5, 0]),
+              "masked_lm_ids": tf.constant([10, 21, 0]),
+              "masked_lm_weights": tf.constant([1.0, 1.0, 0.0])}
+    np.testing.assert_array_equal(unmask(masked).numpy(), ids.numpy())
+
+
+def test_dynamic_masking_statistics(tmp_path):
+    n, seq, pred = 600, 64, 20
+    feats = write_pretraining_records(tmp_path / "d.tfrecord", n, seq_len=seq, max_pred=pred,
+                                      vocab_size=VOCAB, seed=7)
+    ds = pretraining_dataset(str(tmp_path / "d.tfrecord"), n, seq, pred, is_training=False,
+                             seed=11, dynamic_masking=True, vocab_size=VOCAB, mask_id=MASK_ID)
+    b = _collect(ds, 1)[0]
+    again = _collect(pretraining_dataset(str(tmp_path / "d.tfrecord"), n, seq, pred,
+                                         is_training=False, seed=11, dynamic_masking=True,
+                                         vocab_size=VOCAB, mask_id=MASK_ID), 1)[0]
+    np.testing.assert_array_equal(b["input_word_ids"], again["input_word_ids"])  # reproducible
+    kinds = {"mask": 0, "keep": 0, "random": 0}
+    changed_from_record = 0
+    for j, f in enumerate(feats):
+        orig = np.array(f["input_ids"])
+        for p, label in zip(f["masked_lm_positions"], f["masked_lm_ids"]):
+            if label:
+                orig[p] = label
+        real = np.array(f["input_mask"]) == 1
+        cand = real & ~np.isin(orig, [CLS_ID, SEP_ID])
+        want_num = min(pred, max(1, round(cand.sum() * 0.15)))
+        w = b["masked_lm_weights"][j]
+        num = int(w.sum())
+        assert num == want_num and np.all(w[:num] == 1) and np.all(w[num:] == 0)
+        pos = b["masked_lm_positions"][j][:num]
+        assert np.all(np.diff(pos) > 0) and np.all(cand[pos])  # sorted, real, not CLS/SEP
+        assert np.all(b["masked_lm_positions"][j][num:] == 0)
+        assert np.all(b["masked_lm_ids"][j][num:] == 0)
+        np.testing.assert_array_equal(b["masked_lm_ids"][j][:num], orig[pos])
+        new = b["input_word_ids"][j]
+        untouched = np.ones(seq, bool)
+        untouched[pos] = False
+        np.testing.assert_array_equal(new[untouched], orig[untouched])
+        for p in pos:
+            if new[p] == MASK_ID:
+                kinds["mask"] += 1
+            elif new[p] == orig[p]:
+                kinds["keep"] += 1
+            else:
+                kinds["random"] += 1
+        changed_from_record += int(set(pos) != set(np.array(f["masked_lm_positions"])[
+            np.array(f["masked_lm_weights"]) > 0]))
+    total = sum(kinds.values())
+    # 80/10/10 (a random id may equal the original or [MASK] with prob. 1/64 each).
+    assert abs(kinds["mask"] / total - 0.8 - 0.1 / VOCAB) < 0.025, kinds
+    assert abs(kinds["keep"] / total - 0.1 - 0.1 / VOCAB) < 0.02, kinds
+    assert abs(kinds["random"] / total - 0.1 + 0.2 / VOCAB) < 0.02, kinds
+    assert changed_from_record > 0.9 * n  # a fresh mask, not the record's
+    # Uniform over candidates: the first content position is picked ~15% of the time.
+    first = np.mean([1 in b["masked_lm_positions"][j][:int(b["masked_lm_weights"][j].sum())]
+                     for j in range(n)])
+    assert 0.10 < first < 0.20, first
+
+
+def test_dynamic_masking_differs_per_epoch(tmp_path):
+    write_pretraining_records(tmp_path / "e.tfrecord", 8, seed=1)
+    ds = pretraining_dataset(str(tmp_path / "e.tfrecord"), 8, SEQ, PRED, is_training=False,
+                             repeat=True, seed=3, dynamic_masking=True, vocab_size=VOCAB,
+                             mask_id=MASK_ID)
+    e1, e2 = _collect(ds, 2)
+    np.testing.assert_array_equal(unmask_np(e1), unmask_np(e2))  # same examples
+    assert not np.array_equal(e1["masked_lm_positions"], e2["masked_lm_positions"])
+    with pytest.raises(BertError, match="--dynamic_masking"):
+        pretraining_dataset(str(tmp_path / "e.tfrecord"), 8, SEQ, PRED, is_training=True,
+                            dynamic_masking=True)
+
+
+def unmask_np(batch):
+    return np.stack([unmask({k: tf.constant(v[j]) for k, v in batch.items()}).numpy()
+                     for j in range(len(batch["input_word_ids"]))])
+
+
+def test_dynamic_mask_single_example_is_deterministic():
+    f = {"input_word_ids": tf.constant([CLS_ID, 5, 6, 7, 8, SEP_ID, 0, 0]),
+         "input_mask": tf.constant([1, 1, 1, 1, 1, 1, 0, 0]),
+         "input_type_ids": tf.zeros([8], tf.int32),
+         "masked_lm_positions": tf.zeros([3], tf.int32), "masked_lm_ids": tf.zeros([3], tf.int32),
+         "masked_lm_weights": tf.zeros([3]), "next_sentence_labels": tf.constant(0)}
+    a = dynamic_mask(f, tf.constant([1, 2], tf.int64), 3, VOCAB, MASK_ID)
+    b = dynamic_mask(f, tf.constant([1, 2], tf.int64), 3, VOCAB, MASK_ID)
+    for k in a:
+        np.testing.assert_array_equal(a[k].numpy(), b[k].numpy())
+    # 4 candidates * 0.15 = 0.6 -> round -> 1 prediction (at least one, as the original).
+    assert a["masked_lm_weights"].numpy().tolist() == [1.0, 0.0, 0.0]
+    assert 1 <= int(a["masked_lm_positions"][0]) <= 4

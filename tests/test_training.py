@@ -1,0 +1,232 @@
+"""bert_tf.training and run_pretraining.py: learning, replicas, resume, accumulation, precision,
+eval results and command-line errors (tiny config, CPU)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bert_tf
+import keras
+import tensorflow as tf
+
+from bert_tf.distribute import set_mixed_precision
+from bert_tf.models import BertPretrainer, build_model
+from bert_tf.training import (EVAL_KEYS, PretrainingOptions, PretrainingRunner,
+                              run_pretraining)
+from conftest import TWO_CPUS, tiny_bert_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _options(**kw):
+    base = dict(max_seq_length=32, max_predictions_per_seq=5, train_batch_size=8,
+                eval_batch_size=8, learning_rate=1e-3, num_train_steps=20, num_warmup_steps=2,
+                save_checkpoints_steps=100, iterations_per_loop=1, seed=7)
+    base.update(kw)
+    return PretrainingOptions(**base)
+
+
+def _runner(tmp_path, name, config=None, strategy=None, **kw):
+    runner = PretrainingRunner(config or tiny_bert_config(), str(tmp_path / name), _options(**kw),
+                               strategy)
+    runner.restore()
+    return runner
+
+
+def _losses(history):
+    return [m["loss"] for m in history]
+
+
+def test_loss_decreases_checkpoints_eval_and_export(tmp_path, pretraining_records):
+    pattern, _ = pretraining_records
+    config_file = tmp_path / "bert_config.json"
+    tiny_bert_config(dropout=0.1).to_json_file(str(config_file))
+    out = tmp_path / "out"
+    result = run_pretraining(str(config_file), pattern, str(out), do_train=True, do_eval=True,
+                             options=_options(train_batch_size=16, learning_rate=1e-3,
+                                              num_train_steps=50, num_warmup_steps=5,
+                                              iterations_per_loop=10, save_checkpoints_steps=25,
+                                              max_eval_steps=4))
+    losses = _losses(result["train"])
+    assert [m["step"] for m in result["train"]] == [10, 20, 25, 35, 45, 50]
+    assert losses[-1] < losses[0] - 0.4 and max(losses[-2:]) < min(losses[:2]), losses
+    assert result["train"][-1]["masked_lm_accuracy"] > 3 * result["train"][0]["masked_lm_accuracy"]
+    assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-50")
+    assert tf.io.gfile.exists(str(out / "model.ckpt-25.index"))
+    assert tf.io.gfile.exists(os.path.join(result["export_dir"], "saved_model.pb"))
+    assert result["export_dir"] == str(out / "export")
+    lines = (out / "eval_results.txt").read_text().splitlines()
+    assert [line.split(" = ")[0] for line in lines] == sorted(EVAL_KEYS)
+    values = {k: float(v) for k, v in (line.split(" = ") for line in lines)}
+    assert values["global_step"] == 50 and lines[0] == "global_step = 50"
+    assert 0 < values["masked_lm_accuracy"] <= 1 and 0 < values["next_sentence_loss"] < 2
+    assert not [p for p in os.listdir(out) if ".tmp" in p]
+    assert any(p.startswith("events.out.tfevents") for p in os.listdir(out))
+
+
+def test_eval_metrics_match_an_eager_computation(tmp_path, pretraining_records):
+    pattern, feats = pretraining_records
+    runner = _runner(tmp_path, "eval")
+    res = runner.evaluate(pattern, max_steps=1)
+    # Same numbers from the first 8 records (eval reads the files in order).
+    f = {k: np.array([x[k] for x in feats[:8]]) for k in feats[0]}
+    out = runner.model({"input_word_ids": f["input_ids"].astype(np.int32),
+                        "input_mask": f["input_mask"].astype(np.int32),
+                        "input_type_ids": f["segment_ids"].astype(np.int32),
+                        "masked_lm_positions": f["masked_lm_positions"].astype(np.int32)},
+                       training=False)
+    logits = out["mlm_logits"].numpy().astype(np.float64)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    w = f["masked_lm_weights"]
+    ce = -np.take_along_axis(logp, f["masked_lm_ids"][..., None], -1)[..., 0]
+    acc = (logits.argmax(-1) == f["masked_lm_ids"])
+    nsp = out["nsp_logits"].numpy().astype(np.float64)
+    nsp_logp = nsp - np.log(np.exp(nsp).sum(-1, keepdims=True))
+    labels = f["next_sentence_labels"][:, 0]
+    nsp_ce = -nsp_logp[np.arange(8), labels]
+    want = {"masked_lm_loss": (w * ce).sum() / w.sum(),
+            "masked_lm_accuracy": (w * acc).sum() / w.sum(),
+            "next_sentence_loss": nsp_ce.mean(),
+            "next_sentence_accuracy": (nsp.argmax(-1) == labels).mean(),
+            "loss": (w * ce).sum() / (w.sum() + 1e-5) + nsp_ce.mean()}
+    for k, v in want.items():
+        assert res[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+    assert res["global_step"] == 0
+
+
+@pytest.mark.skipif(not TWO_CPUS, reason="TensorFlow was initialised before conftest split the CPU")
+def test_two_replicas_match_one_device(tmp_path, pretraining_records):
+    pattern, _ = pretraining_records
+    one = _runner(tmp_path, "one", strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
+    two = _runner(tmp_path, "two", strategy=tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+    assert two.strategy.num_replicas_in_sync == 2
+    h1, h2 = one.train(pattern, until_step=3), two.train(pattern, until_step=3)
+    np.testing.assert_allclose(_losses(h1), _losses(h2), rtol=0, atol=1e-4)
+    assert _losses(h1)[0] != _losses(h1)[2]
+    for v1, v2 in zip(one.model.weights, two.model.weights):
+        np.testing.assert_allclose(v1.numpy(), v2.numpy(), atol=2e-5, err_msg=v1.path)
+
+
+def test_resume_continues_with_identical_losses(tmp_path, pretraining_records):
+    pattern, _ = pretraining_records
+    config = tiny_bert_config(dropout=0.1)  # dropout RNG state is part of the checkpoint
+    kw = dict(num_train_steps=4, save_checkpoints_steps=2)
+    full = _runner(tmp_path, "full", config, **kw).train(pattern)
+    first = _runner(tmp_path, "resumed", config, **kw).train(pattern, until_step=2)
+    assert tf.train.latest_checkpoint(str(tmp_path / "resumed")).endswith("model.ckpt-2")
+    resumed = _runner(tmp_path, "resumed", config, **dict(kw, seed=123))  # seed from checkpoint
+    assert int(resumed.global_step.numpy()) == 2
+    assert int(resumed.inner_optimizer.iterations.numpy()) == 2
+    rest = resumed.train(pattern)
+    assert [m["step"] for m in first + rest] == [1, 2, 3, 4]
+    np.testing.assert_allclose(_losses(first + rest), _losses(full), rtol=0, atol=1e-6)
+
+
+def test_gradient_accumulation_equals_one_batch(tmp_path, pretraining_records):
+    pattern, _ = pretraining_records
+    plain = _runner(tmp_path, "k1", train_batch_size=8)
+    accum = _runner(tmp_path, "k4", train_batch_size=8, grad_accum_steps=4)
+    h1, h4 = plain.train(pattern, until_step=3), accum.train(pattern, until_step=3)
+    np.testing.assert_allclose(_losses(h1), _losses(h4), rtol=0, atol=1e-5)
+    for v1, v4 in zip(plain.model.trainable_weights, accum.model.trainable_weights):
+        np.testing.assert_allclose(v1.numpy(), v4.numpy(), atol=1e-5, err_msg=v1.path)
+    with pytest.raises(bert_tf.BertError, match="--grad_accum_steps"):
+        _runner(tmp_path, "bad", train_batch_size=8, grad_accum_steps=3)
+
+
+@pytest.fixture
+def restore_policy():
+    yield
+    set_mixed_precision("none")
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_mixed_precision(tmp_path, pretraining_records, precision, restore_policy):
+    pattern, _ = pretraining_records
+    ref = _losses(_runner(tmp_path, "f32").train(pattern, until_step=2))
+    set_mixed_precision(precision)
+    runner = _runner(tmp_path, precision)
+    history = runner.train(pattern, until_step=2)
+    assert runner.model.encoder.compute_dtype == precision
+    assert all(v.dtype == "float32" for v in runner.model.trainable_weights)
+    np.testing.assert_allclose(_losses(history), ref, atol=0.05)
+    if precision == "float16":
+        assert isinstance(runner.optimizer, keras.optimizers.LossScaleOptimizer)
+        assert history[-1]["loss_scale"] == 2.0 ** 15
+        assert int(runner.inner_optimizer.iterations.numpy()) == 2  # no step skipped
+    else:
+        assert "loss_scale" not in history[-1]
+
+
+def _cli(args, tmp_path):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    return subprocess.run([sys.executable, os.path.join(REPO, "run_pretraining.py")] + args,
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+
+
+def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, pretraining_records):
+    pattern, _ = pretraining_records
+    config = tmp_path / "bert_config.json"
+    tiny_bert_config().to_json_file(str(config))
+    common = [f"--input_file={pattern}", f"--output_dir={tmp_path / 'out'}", "--do_train",
+              "--max_seq_length=32", "--max_predictions_per_seq=5", "--train_batch_size=4",
+              "--num_train_steps=2", "--num_warmup_steps=1", "--iterations_per_loop=2",
+              "--seed=1"]
+    ok = _cli([f"--bert_config_file={config}", "--do_eval", "--max_eval_steps=1",
+               "--eval_batch_size=4"] + common, tmp_path)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert (tmp_path / "out" / "eval_results.txt").exists()
+    assert (tmp_path / "out" / "export" / "saved_model.pb").exists()
+
+    # All the failures in one interpreter (each a fresh flag parse + main()).
+    cases = {
+        "missing config": ([f"--bert_config_file={tmp_path / 'nope.json'}"] + common,
+                           f"error: {tmp_path / 'nope.json'}: bert_config file not found"),
+        "no config flag": (common, "error: --bert_config_file: required"),
+        "no input": ([f"--bert_config_file={config}", f"--input_file={tmp_path}/x-*.rec",
+                      f"--output_dir={tmp_path / 'o2'}", "--do_train"],
+                     f"error: --input_file={tmp_path}/x-*.rec: no file matches"),
+        "indivisible batch": ([f"--bert_config_file={config}", "--strategy=mirrored",
+                               "--train_batch_size=3"] + common[:3],
+                              "error: --train_batch_size: 3 is not divisible by the 2 replicas"),
+        "unknown strategy": ([f"--bert_config_file={config}", "--strategy=gpu_farm"] + common,
+                             "error: --strategy: unknown strategy 'gpu_farm'; expected one of "
+                             "one_device, mirrored, multi_worker, tpu, auto"),
+        "no tpu": ([f"--bert_config_file={config}", "--use_tpu"] + common,
+                   "error: --use_tpu: no TPU found (no --tpu_name, no TPU_NAME and no local TPU "
+                   "devices)"),
+        "nothing to do": ([f"--bert_config_file={config}", f"--input_file={pattern}",
+                           f"--output_dir={tmp_path / 'o3'}"],
+                          "error: --do_train/--do_eval: at least one must be set"),
+    }
+    driver = (
+        "import sys, json\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from bert_tf.distribute import split_cpu\n"
+        "split_cpu(2)\n"
+        "import run_pretraining as rp\n"
+        "out = {}\n"
+        "for name, argv in json.loads(sys.argv[2]).items():\n"
+        "    rp.FLAGS.unparse_flags()\n"
+        "    rp.FLAGS(['run_pretraining.py'] + argv)\n"
+        "    try:\n"
+        "        rp.main([])\n"
+        "        out[name] = 'no error'\n"
+        "    except SystemExit as e:\n"
+        "        out[name] = e.code\n"
+        "print(json.dumps(out))\n")
+    import json
+    res = subprocess.run([sys.executable, "-c", driver, REPO,
+                          json.dumps({k: v[0] for k, v in cases.items()})],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    for name, (_, want) in cases.items():
+        assert got[name] == want, name
+    # The real entry point: one line on stderr, exit status 1.
+    bad = _cli([f"--bert_config_file={tmp_path / 'nope.json'}"] + common, tmp_path)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines()[-1] == got["missing config"]
