@@ -2,8 +2,9 @@
 
 On one deterministic synthetic corpus (sentences of Zipf-distributed words from a generated word
 list) at two sizes, each row runs in its own subprocess and reports instances/s (timed inside
-the run, TensorFlow import excluded) and peak RSS (resource.getrusage: the parent process and
-the largest worker). Ratios are against the original-mode row of the same size.
+the run, TensorFlow import excluded) and peak RSS: VmHWM of the writing (main) process and of the
+largest worker (getrusage's ru_maxrss would count, for a spawned worker, the parent pages it
+mapped between fork and exec). Ratios are against the original-mode row of the same size.
 
   .venv/bin/python bench/pretraining_data.py            # 20 MB and 40 MB corpora
   .venv/bin/python bench/pretraining_data.py --quick    # 2 MB and 4 MB, dupe_factor 2
@@ -72,7 +73,7 @@ def write_vocab(path, words, size=8000):
 
 
 _ROW = r"""
-import json, resource, sys, time
+import json, sys, time
 sys.path.insert(0, {repo!r})
 import bert_tf
 import tensorflow as tf
@@ -82,12 +83,13 @@ t = time.time()
 data = run(opts)
 seconds = time.time() - t
 print(json.dumps({{"instances": data["totals"]["instances"], "seconds": seconds,
-    "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    "rss_child_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}))
+    "rss_self_mb": data["peak_rss_mb"]["writer"],
+    "rss_child_mb": data["peak_rss_mb"]["workers"] or 0}}))
 """
 
 _GARDEN = r"""
-import json, resource, sys, time
+import json, sys, time
+sys.path.insert(0, {repo!r})
 sys.argv = ["x", "--input_file={inp}", "--output_file={out}", "--vocab_file={vocab}",
             "--dupe_factor={dupe}", "--max_seq_length=128", "--max_predictions_per_seq=20"]
 from absl import flags
@@ -98,8 +100,8 @@ cpd.main(None)
 seconds = time.time() - t
 import tensorflow as tf
 n = sum(1 for _ in tf.data.TFRecordDataset("{out}"))
-print(json.dumps({{"instances": n, "seconds": seconds,
-    "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_child_mb": 0}}))
+from bert_tf.pretraining_data.streaming import peak_rss_mb
+print(json.dumps({{"instances": n, "seconds": seconds, "rss_self_mb": peak_rss_mb(), "rss_child_mb": 0}}))
 """
 
 
@@ -169,7 +171,7 @@ def main():
                   f"{r['rss_self_mb']:>15.0f}{r['rss_child_mb']:>15.0f}")
         if has_garden:
             out = os.path.join(workdir, "garden.tfrecord")
-            r = run_row(_GARDEN.format(inp=corpus, out=out, vocab=vocab, dupe=dupe))
+            r = run_row(_GARDEN.format(repo=REPO, inp=corpus, out=out, vocab=vocab, dupe=dupe))
             if "error" in r:
                 print(f"{'tf-models-official':<24} error: {r['error']}")
             else:

@@ -40,7 +40,6 @@ from bert_tf.encoder import BertEncoder
 
 log = logging.getLogger("bert_tf")
 
-_OURS_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -239,7 +238,7 @@ def is_tf1_checkpoint(path):
     except (BertError, tf.errors.OpError, ValueError):
         return False
     return (any(n.startswith("bert/") for n in names)
-            and not any(n.endswith(_OURS_SUFFIX) for n in names))
+            and "_CHECKPOINTABLE_OBJECT_GRAPH" not in names)
 
 
 def load_tf1_checkpoint(model, path):
@@ -279,6 +278,10 @@ def save_tf1_checkpoint(model, path, global_step=None):
     if path.endswith(".index"):
         path = path[:-len(".index")]
     names = tf1_name_map(model)
+    mapped = {id(v) for v, _ in names.values()}
+    unmapped = [v.path for v in model.weights if id(v) not in mapped]
+    if unmapped:  # never write a checkpoint that silently lacks some of the model
+        raise BertError(f"{type(model).__name__}: no original BERT name for {', '.join(unmapped)}")
     tensors = {}
     for name, (var, transpose) in names.items():
         value = np.asarray(keras.ops.convert_to_numpy(var), dtype=np.float32)
@@ -307,61 +310,101 @@ def save_tf1_checkpoint(model, path, global_step=None):
 # Our checkpoints (tf.train.Checkpoint(model=...))
 
 
-def _escape(name):
-    # As TF's object-graph key escaping: "." -> "..", "/" -> ".S".
-    return name.replace(".", "..").replace("/", ".S")
-
-
 def _variable_paths(root):
-    """{id(variable): object-graph path relative to `root`} (breadth-first, as TF names them)."""
+    """{id(variable): tuple of attribute names from `root`} over the trackable object graph."""
     view = tf.train.TrackableView(root)
     paths, seen = {}, {id(root)}
-    queue = collections.deque([(root, "")])
+    queue = collections.deque([(root, ())])
     while queue:
         obj, prefix = queue.popleft()
         for name, child in view.children(obj).items():
             if id(child) in seen:
                 continue
             seen.add(id(child))
-            path = prefix + _escape(name)
             if isinstance(child, (keras.Variable, tf.Variable)):
-                paths[id(child)] = path
+                paths[id(child)] = prefix + (name,)
             else:
-                queue.append((child, path + "/"))
+                queue.append((child, prefix + (name,)))
     return paths
 
 
+class _ObjectGraph:
+    """The object graph a tf.train.Checkpoint stores; lets us follow attribute paths to keys.
+
+    Keys cannot be derived from paths alone: TF names each variable by its *shortest* path,
+    which may run through the optimizer (`optimizer/_trainable_variables/3/...`).
+    """
+
+    def __init__(self, reader, prefix):
+        from tensorflow.core.protobuf import trackable_object_graph_pb2
+        if not reader.has_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"):
+            raise BertError(f"{prefix}: neither an original BERT checkpoint (bert/... names) nor "
+                            f"one written by tf.train.Checkpoint")
+        self.proto = trackable_object_graph_pb2.TrackableObjectGraph()
+        self.proto.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+
+    def children(self, node):
+        return {ref.local_name: ref.node_id for ref in self.proto.nodes[node].children}
+
+    def find(self, node, path):
+        for name in path:
+            node = self.children(node).get(name)
+            if node is None:
+                return None
+        return node
+
+    def variable_key(self, node):
+        for attr in self.proto.nodes[node].attributes:
+            if attr.name == "VARIABLE_VALUE":
+                return attr.checkpoint_key
+        return None
+
+    def variables_under(self, node, path):
+        """{node id: path} of every variable reachable from `node` (shortest paths)."""
+        found, seen = {}, {node}
+        queue = collections.deque([(node, path)])
+        while queue:
+            node, path = queue.popleft()
+            if self.variable_key(node) is not None:
+                found[node] = path
+            for name, child in self.children(node).items():
+                if child not in seen:
+                    seen.add(child)
+                    queue.append((child, path + (name,)))
+        return found
+
+
 def _load_ours(model, prefix, reader):
-    shapes = reader.get_variable_to_shape_map()
+    graph = _ObjectGraph(reader, prefix)
     enc = _encoder_of(model)
-    anchor = "embeddings/word_embeddings" + _OURS_SUFFIX
-    roots = sorted(n[:-len(anchor)] for n in shapes
-                   if n.endswith(anchor) and ".OPTIMIZER_SLOT" not in n)
-    if len(roots) != 1:
-        raise BertError(f"{prefix}: expected one BERT encoder in the checkpoint, found "
-                        f"{len(roots)} (not written by tf.train.Checkpoint(model=...)?)")
-    enc_root = roots[0]  # e.g. "model/encoder/" or "model/" (an encoder saved as `model`)
-    model_root = "model/"
+    # Where the encoder sits: a full model saved as `model`, an encoder saved as `model`, or
+    # Model Garden's `encoder` key.
+    enc_path = next((p for p in (("model", "encoder"), ("model",), ("encoder",))
+                     if graph.find(0, p + ("embeddings", "word_embeddings")) is not None), None)
+    if enc_path is None:
+        raise BertError(f"{prefix}: no BERT encoder under the object key 'model' (not written by "
+                        f"tf.train.Checkpoint(model=...)?)")
     enc_paths = _variable_paths(enc)
     model_paths = {} if model is enc else _variable_paths(model)
     plan, loaded, missing, used = [], [], [], set()
     enc_ids = {id(v) for v in enc.weights}
     for tf1_name, (var, _) in tf1_name_map(model).items():
-        if id(var) in enc_ids:
-            key = enc_root + enc_paths[id(var)] + _OURS_SUFFIX
-        else:
-            key = model_root + model_paths[id(var)] + _OURS_SUFFIX
-        if key in shapes:
-            plan.append((key, var, False, reader.get_tensor(key)))
-            loaded.append(key)
-            used.add(key)
-        else:
+        path = (enc_path + enc_paths[id(var)] if id(var) in enc_ids
+                else ("model",) + model_paths[id(var)])
+        node = graph.find(0, path)
+        key = None if node is None else graph.variable_key(node)
+        if key is None:
             missing.append(tf1_name)
-    ignorable = lambda n: (n == "_CHECKPOINTABLE_OBJECT_GRAPH" or ".OPTIMIZER_SLOT" in n
-                           or not n.startswith(model_root))
-    skipped = [n for n in shapes if n not in used and not ignorable(n)]
+            continue
+        plan.append(("/".join(path), var, False, reader.get_tensor(key)))
+        loaded.append("/".join(path))
+        used.add(node)
+    # Unused variables of the saved model (e.g. a pre-training head); optimizer etc. are ignored.
+    scope = ("model",) if graph.find(0, ("model",)) is not None else enc_path
+    skipped = ["/".join(p) for node, p in graph.variables_under(graph.find(0, scope), scope).items()
+               if node not in used]
     report = _finish(prefix, model, loaded, skipped, missing,
-                     _layer_matcher(re.escape(enc_root) + r"layer_(\d+)/"))
+                     _layer_matcher(re.escape("/".join(enc_path)) + r"/layer_(\d+)/"))
     _assign_all(prefix, plan, "checkpoint")
     return report
 

@@ -43,6 +43,9 @@ import tensorflow_text as tf_text
 from bert_tf import BertError
 from bert_tf import tokenization
 
+# Python control flow here is static (config, not tensors): skip autograph's slow conversion.
+_no_autograph = tf.autograph.experimental.do_not_convert
+
 _MAX_CHARS = tokenization.MAX_INPUT_CHARS_PER_WORD
 # UTF-8 needs at most 4 bytes a character: the byte limit never cuts before the char limit.
 _MAX_BYTES = 4 * _MAX_CHARS
@@ -160,6 +163,7 @@ def _in_ranges(cps, ranges):
     return (idx >= 0) & (cps <= tf.gather(ends, tf.maximum(idx, 0)))
 
 
+@_no_autograph
 def _resolve_capital_sigma(x):
     """Lower-cases U+03A3 like Python's str.lower (final sigma rule, Python's Unicode tables).
 
@@ -258,11 +262,13 @@ class BertTextTokenizer(tf.Module):
             specials = [_SIGMA] + [src for src, _ in self._case_fixups]
             self._special_re = "(?s).*[" + "".join(f"\\x{{{ord(c):X}}}" for c in specials) + "].*"
 
+    @_no_autograph
     def _lower_special(self, x):
         for src, dst in self._case_fixups:
             x = tf.strings.regex_replace(x, f"\\x{{{ord(src):X}}}", dst)
         return _resolve_capital_sigma(x)
 
+    @_no_autograph
     def basic_tokenize(self, strings):
         """BasicTokenizer: string [batch] -> string RaggedTensor [batch, words]."""
         x = tf.convert_to_tensor(strings, dtype=tf.string)
@@ -285,6 +291,7 @@ class BertTextTokenizer(tf.Module):
         words, _, _ = tf_text.regex_split_with_offsets(x, self._split_re, self._keep_re)
         return words
 
+    @_no_autograph
     def tokenize_to_pieces(self, strings):
         """String RaggedTensor [batch, words, pieces] (the vocab strings of the ids)."""
         words = self.basic_tokenize(strings)
@@ -293,6 +300,7 @@ class BertTextTokenizer(tf.Module):
             tf.where(too_long, tokenization.UNK, words.flat_values))
         return self._wordpiece.tokenize(words)
 
+    @_no_autograph
     def tokenize(self, strings):
         """int64 RaggedTensor [batch, words, pieces] of vocab ids."""
         pieces = self.tokenize_to_pieces(strings)
@@ -316,7 +324,7 @@ def _flatten_segment(seg):
         seg = tf.RaggedTensor.from_tensor(seg)
     while seg.ragged_rank > 1:
         seg = seg.merge_dims(1, 2)
-    return tf.cast(seg, tf.int32)
+    return tf.cast(seg.with_row_splits_dtype(tf.int64), tf.int32)
 
 
 def _keep_first(seg, lengths):
@@ -324,6 +332,7 @@ def _keep_first(seg, lengths):
     return tf.ragged.boolean_mask(seg, positions < tf.expand_dims(lengths, 1))
 
 
+@_no_autograph
 def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
     """[CLS] a [SEP] (b [SEP]) packed to int32 [batch, seq_length] exactly like the original.
 
@@ -354,7 +363,7 @@ def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
     def column(value, rows=None):
         if rows is None:
             return tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(value, tf.int32)))
-        lengths = tf.cast(rows, tf.int32)
+        lengths = tf.cast(rows, tf.int64)
         return tf.RaggedTensor.from_row_lengths(
             tf.fill([tf.reduce_sum(lengths)], tf.constant(value, tf.int32)), lengths)
 
@@ -376,11 +385,13 @@ def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
 # ----------------------------------------------------------------------------------------------
 # Keras layer
 
+@keras.saving.register_keras_serializable(package="bert_tf")
 class BertPreprocessingLayer(keras.layers.Layer):
     """string [batch] (or a list of two for sentence pairs) -> BERT inputs dict at seq_length."""
 
     def __init__(self, vocab_file, do_lower_case=True, seq_length=128, **kwargs):
-        super().__init__(trainable=False, **kwargs)
+        kwargs.setdefault("trainable", False)
+        super().__init__(**kwargs)
         self.vocab_file = vocab_file
         self.do_lower_case = bool(do_lower_case)
         self.seq_length = int(seq_length)

@@ -15,7 +15,7 @@ One code path for every strategy (TPU, mirrored GPUs/CPUs, multi-worker, one dev
   (in bert_tf.optimization) and the float16 LossScaleOptimizer's finite check see the same
   global gradient on every replica.
 * Checkpoints (tf.train.CheckpointManager, `model.ckpt-<step>` in output_dir) hold the model,
-  the optimizer, `global_step` and the data seed. A restart resumes from the latest one: the
+  the optimizer, `global_step`, the data seed and the dropout RNG states. A restart resumes from the latest one: the
   input pipeline is seeded and deterministic, and skips the batches consumed so far.
 """
 import dataclasses
@@ -116,7 +116,9 @@ def write_eval_results(path, results):
 
 
 def _own_export_encoder(encoder, export_dir):
-    """SavedModel of the encoder: int32 ids dict -> pooled_output / sequence_output (float32)."""
+    """Encoder SavedModel: `__call__(ids dict)` and a `serving_default` signature taking int32
+    input_word_ids/input_mask/input_type_ids [batch, seq] -> float32 pooled_output/sequence_output.
+    Written to a temporary directory and renamed into place."""
     spec = tf.TensorSpec([None, None], tf.int32)
 
     class _EncoderModule(tf.Module):
@@ -124,15 +126,20 @@ def _own_export_encoder(encoder, export_dir):
             super().__init__()
             self.encoder = enc
 
-        @tf.function(input_signature=[{"input_word_ids": spec, "input_mask": spec,
-                                       "input_type_ids": spec}])
-        def serve(self, inputs):
+        @tf.function(input_signature=[{n: spec for n in MODEL_INPUTS[:3]}])
+        def __call__(self, inputs):
             out = self.encoder(inputs, training=False)
             return {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
                     "sequence_output": tf.cast(out["sequence_output"], tf.float32)}
 
+        @tf.function(input_signature=[spec, spec, spec])
+        def serve(self, input_word_ids, input_mask, input_type_ids):
+            return self.__call__({"input_word_ids": input_word_ids, "input_mask": input_mask,
+                                  "input_type_ids": input_type_ids})
+
     module = _EncoderModule(encoder)
-    tmp = f"{export_dir.rstrip('/')}.tmp-{os.getpid()}"
+    export_dir = export_dir.rstrip("/")
+    tmp = f"{export_dir}.tmp-{os.getpid()}"
     if tf.io.gfile.exists(tmp):
         tf.io.gfile.rmtree(tmp)
     tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
@@ -184,9 +191,13 @@ class PretrainingRunner:
             self.data_seed = tf.Variable(seed, dtype=tf.int64, trainable=False, name="data_seed",
                                          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         tf.io.gfile.makedirs(output_dir)
+        # Keras does not put its dropout RNG states in TF checkpoints; without them a resumed
+        # run would draw other dropout masks than an uninterrupted one.
+        rng_states = [v for v in self.model.non_trainable_variables
+                      if "seed_generator" in v.path]
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
                                               global_step=self.global_step,
-                                              data_seed=self.data_seed)
+                                              data_seed=self.data_seed, dropout_rng=rng_states)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, output_dir, max_to_keep=o.keep_checkpoint_max,
             checkpoint_name="model.ckpt", step_counter=self.global_step)
@@ -302,7 +313,7 @@ class PretrainingRunner:
         if self._train_loop_fn is None:
             strategy = self.strategy
 
-            @tf.function
+            @tf.function(autograph=False)  # explicit while_loops; converting Keras code is slow
             def loop(iterator, steps):
                 def body(i, totals):
                     stats = strategy.run(self._replica_step, args=(next(iterator),))

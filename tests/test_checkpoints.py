@@ -86,6 +86,7 @@ def test_load_original_checkpoint_into_pretrainer(case):
     # The name map is exactly the original's name list with the original shapes.
     names = ck.tf1_name_map(model)
     assert set(names) == set(w)
+    assert sorted(id(v) for v, _ in names.values()) == sorted(id(v) for v in model.weights)
     for name, (var, transpose) in names.items():
         assert tuple(var.shape[::-1] if transpose else var.shape) == w[name].shape, name
     # load_checkpoint detects the format; the directory works as well as the prefix.
@@ -234,9 +235,13 @@ def test_our_training_checkpoints_load(case, tmp_path):
         str(tmp_path / "ours" / "model.ckpt-3"))
     assert not ck.is_tf1_checkpoint(path)
     pre = bm.build_model(bm.BertPretrainer(cfg))
+    # TF keys variables by their shortest path, here through the optimizer
+    # (optimizer/_trainable_variables/N); the loader follows the object graph instead.
+    assert any(n.startswith("optimizer/_trainable_variables/") for n, _ in tf.train.list_variables(path))
     report = ck.load_checkpoint(pre, path)
     assert report["missing"] == [] and report["skipped"] == []
     assert len(report["loaded"]) == len(w)
+    assert "model/encoder/layer_1/output_layer_norm/gamma" in report["loaded"]
     assert_model_holds(pre, w)
     clf = bm.build_model(bm.BertClassifier(cfg, 2))
     report = ck.load_checkpoint(clf, path)
@@ -250,8 +255,15 @@ def test_our_training_checkpoints_load(case, tmp_path):
     report = ck.load_checkpoint(fresh, enc_path)
     assert sorted(report["missing"]) == sorted(HEAD_NAMES)
     assert_model_holds(fresh.encoder, w)
+    # Model Garden's object key for an encoder.
+    mg_path = tf.train.Checkpoint(encoder=pre.encoder).write(str(tmp_path / "mg" / "ckpt"))
+    enc = be.BertEncoder.from_bert_config(cfg)
+    assert ck.load_checkpoint(enc, mg_path)["missing"] == []
+    assert_model_holds(enc, w)
+    with pytest.raises(BertError, match=r"has encoder layer 1 but the model only 1 layers"):
+        ck.load_checkpoint(bm.BertPretrainer(tiny_config(num_hidden_layers=1)), path)
     bad = bm.BertPretrainer(tiny_config(intermediate_size=48))
-    with pytest.raises(BertError, match=r"layer_0/intermediate/_kernel/.*\[24, 40\].*\[24, 48\]"):
+    with pytest.raises(BertError, match=r"model/encoder/layer_0/intermediate/_kernel has shape \[24, 40\] in the checkpoint but \[24, 48\]"):
         ck.load_checkpoint(bad, path)
 
 

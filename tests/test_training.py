@@ -39,8 +39,29 @@ def _losses(history):
     return [m["loss"] for m in history]
 
 
-def test_loss_decreases_checkpoints_eval_and_export(tmp_path, pretraining_records):
-    pattern, _ = pretraining_records
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    """Two synthetic shards shared by this module's tests: (glob pattern, features)."""
+    from conftest import write_pretraining_records
+    d = tmp_path_factory.mktemp("records")
+    feats = []
+    for i in range(2):
+        feats += write_pretraining_records(d / f"shard-{i}.tfrecord", 96, seed=i)
+    return str(d / "shard-*.tfrecord"), feats
+
+
+@pytest.fixture(scope="module")
+def reference(records, tmp_path_factory):
+    """One device, float32, no dropout, global batch 8: 3 steps (compared against below)."""
+    runner = _runner(tmp_path_factory.mktemp("reference"), "ref",
+                     strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
+    history = runner.train(records[0], until_step=3)
+    assert _losses(history)[0] != _losses(history)[2]
+    return runner, history
+
+
+def test_loss_decreases_checkpoints_eval_and_export(tmp_path, records):
+    pattern, _ = records
     config_file = tmp_path / "bert_config.json"
     tiny_bert_config(dropout=0.1).to_json_file(str(config_file))
     out = tmp_path / "out"
@@ -64,10 +85,42 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, pretraining_record
     assert 0 < values["masked_lm_accuracy"] <= 1 and 0 < values["next_sentence_loss"] < 2
     assert not [p for p in os.listdir(out) if ".tmp" in p]
     assert any(p.startswith("events.out.tfevents") for p in os.listdir(out))
+    # --init_checkpoint from that output_dir, and the exported encoder, hold the trained weights.
+    init = PretrainingRunner(tiny_bert_config(dropout=0.1), str(tmp_path / "init"),
+                             _options(init_checkpoint=str(out)))
+    assert init.restore() == "initialized" and int(init.global_step.numpy()) == 0
+    ids = _ids_batch()
+    want = init.model.encoder(ids, training=False)["pooled_output"].numpy()
+    loaded = tf.saved_model.load(result["export_dir"])
+    got = loaded.signatures["serving_default"](**ids)["pooled_output"].numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    fresh = build_model(BertPretrainer(tiny_bert_config(dropout=0.1)))
+    assert not np.allclose(fresh.encoder(ids)["pooled_output"].numpy(), want, atol=1e-3)
 
 
-def test_eval_metrics_match_an_eager_computation(tmp_path, pretraining_records):
-    pattern, feats = pretraining_records
+def _ids_batch():
+    ids = np.array([[1] + [5] * 10 + [2] + [9] * 5 + [2] + [0] * 14] * 2, np.int32)
+    ids[1, 3] = 7
+    return {"input_word_ids": tf.constant(ids), "input_mask": tf.constant((ids > 0).astype(np.int32)),
+            "input_type_ids": tf.constant(np.array([[0] * 12 + [1] * 6 + [0] * 14] * 2,
+                                                   np.int32))}
+
+
+def test_fallback_encoder_export(tmp_path):
+    from bert_tf.training import _own_export_encoder
+    model = build_model(BertPretrainer(tiny_bert_config()))
+    path = _own_export_encoder(model.encoder, str(tmp_path / "enc"))
+    assert sorted(os.listdir(tmp_path)) == ["enc"]
+    loaded = tf.saved_model.load(path)
+    ids = _ids_batch()
+    want = model.encoder(ids, training=False)
+    for out in (loaded.signatures["serving_default"](**ids), loaded(ids)):
+        for key in ("pooled_output", "sequence_output"):
+            np.testing.assert_allclose(out[key].numpy(), want[key].numpy(), atol=1e-6)
+
+
+def test_eval_metrics_match_an_eager_computation(tmp_path, records):
+    pattern, feats = records
     runner = _runner(tmp_path, "eval")
     res = runner.evaluate(pattern, max_steps=1)
     # Same numbers from the first 8 records (eval reads the files in order).
@@ -97,20 +150,18 @@ def test_eval_metrics_match_an_eager_computation(tmp_path, pretraining_records):
 
 
 @pytest.mark.skipif(not TWO_CPUS, reason="TensorFlow was initialised before conftest split the CPU")
-def test_two_replicas_match_one_device(tmp_path, pretraining_records):
-    pattern, _ = pretraining_records
-    one = _runner(tmp_path, "one", strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
+def test_two_replicas_match_one_device(tmp_path, records, reference):
+    one, h1 = reference
     two = _runner(tmp_path, "two", strategy=tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
     assert two.strategy.num_replicas_in_sync == 2
-    h1, h2 = one.train(pattern, until_step=3), two.train(pattern, until_step=3)
+    h2 = two.train(records[0], until_step=3)
     np.testing.assert_allclose(_losses(h1), _losses(h2), rtol=0, atol=1e-4)
-    assert _losses(h1)[0] != _losses(h1)[2]
     for v1, v2 in zip(one.model.weights, two.model.weights):
         np.testing.assert_allclose(v1.numpy(), v2.numpy(), atol=2e-5, err_msg=v1.path)
 
 
-def test_resume_continues_with_identical_losses(tmp_path, pretraining_records):
-    pattern, _ = pretraining_records
+def test_resume_continues_with_identical_losses(tmp_path, records):
+    pattern, _ = records
     config = tiny_bert_config(dropout=0.1)  # dropout RNG state is part of the checkpoint
     kw = dict(num_train_steps=4, save_checkpoints_steps=2)
     full = _runner(tmp_path, "full", config, **kw).train(pattern)
@@ -124,11 +175,10 @@ def test_resume_continues_with_identical_losses(tmp_path, pretraining_records):
     np.testing.assert_allclose(_losses(first + rest), _losses(full), rtol=0, atol=1e-6)
 
 
-def test_gradient_accumulation_equals_one_batch(tmp_path, pretraining_records):
-    pattern, _ = pretraining_records
-    plain = _runner(tmp_path, "k1", train_batch_size=8)
+def test_gradient_accumulation_equals_one_batch(tmp_path, records, reference):
+    plain, h1 = reference
     accum = _runner(tmp_path, "k4", train_batch_size=8, grad_accum_steps=4)
-    h1, h4 = plain.train(pattern, until_step=3), accum.train(pattern, until_step=3)
+    h4 = accum.train(records[0], until_step=3)
     np.testing.assert_allclose(_losses(h1), _losses(h4), rtol=0, atol=1e-5)
     for v1, v4 in zip(plain.model.trainable_weights, accum.model.trainable_weights):
         np.testing.assert_allclose(v1.numpy(), v4.numpy(), atol=1e-5, err_msg=v1.path)
@@ -143,19 +193,18 @@ def restore_policy():
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float16"])
-def test_mixed_precision(tmp_path, pretraining_records, precision, restore_policy):
-    pattern, _ = pretraining_records
-    ref = _losses(_runner(tmp_path, "f32").train(pattern, until_step=2))
+def test_mixed_precision(tmp_path, records, reference, precision, restore_policy):
+    ref = _losses(reference[1])
     set_mixed_precision(precision)
     runner = _runner(tmp_path, precision)
-    history = runner.train(pattern, until_step=2)
+    history = runner.train(records[0], until_step=3)
     assert runner.model.encoder.compute_dtype == precision
     assert all(v.dtype == "float32" for v in runner.model.trainable_weights)
     np.testing.assert_allclose(_losses(history), ref, atol=0.05)
     if precision == "float16":
         assert isinstance(runner.optimizer, keras.optimizers.LossScaleOptimizer)
         assert history[-1]["loss_scale"] == 2.0 ** 15
-        assert int(runner.inner_optimizer.iterations.numpy()) == 2  # no step skipped
+        assert int(runner.inner_optimizer.iterations.numpy()) == 3  # no step skipped
     else:
         assert "loss_scale" not in history[-1]
 
@@ -166,22 +215,18 @@ def _cli(args, tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
 
 
-def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, pretraining_records):
-    pattern, _ = pretraining_records
+def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, records):
+    pattern, _ = records
     config = tmp_path / "bert_config.json"
     tiny_bert_config().to_json_file(str(config))
     common = [f"--input_file={pattern}", f"--output_dir={tmp_path / 'out'}", "--do_train",
               "--max_seq_length=32", "--max_predictions_per_seq=5", "--train_batch_size=4",
               "--num_train_steps=2", "--num_warmup_steps=1", "--iterations_per_loop=2",
               "--seed=1"]
-    ok = _cli([f"--bert_config_file={config}", "--do_eval", "--max_eval_steps=1",
-               "--eval_batch_size=4"] + common, tmp_path)
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    assert (tmp_path / "out" / "eval_results.txt").exists()
-    assert (tmp_path / "out" / "export" / "saved_model.pb").exists()
-
-    # All the failures in one interpreter (each a fresh flag parse + main()).
+    # One interpreter runs every case (a fresh flag parse + main() each): TF starts once.
     cases = {
+        "ok": ([f"--bert_config_file={config}", "--do_eval", "--max_eval_steps=1",
+                "--eval_batch_size=4"] + common, "no error"),
         "missing config": ([f"--bert_config_file={tmp_path / 'nope.json'}"] + common,
                            f"error: {tmp_path / 'nope.json'}: bert_config file not found"),
         "no config flag": (common, "error: --bert_config_file: required"),
@@ -226,6 +271,10 @@ def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, pretraining_record
     got = json.loads(res.stdout.strip().splitlines()[-1])
     for name, (_, want) in cases.items():
         assert got[name] == want, name
+    lines = (tmp_path / "out" / "eval_results.txt").read_text().splitlines()
+    assert lines[0] == "global_step = 2" and len(lines) == len(EVAL_KEYS)
+    assert (tmp_path / "out" / "export" / "saved_model.pb").exists()
+    assert "masked_lm_accuracy = " in res.stdout
     # The real entry point: one line on stderr, exit status 1.
     bad = _cli([f"--bert_config_file={tmp_path / 'nope.json'}"] + common, tmp_path)
     assert bad.returncode == 1

@@ -217,7 +217,7 @@ class EndToEndModule(tf.Module):
         positions = tf.RaggedTensor.from_value_rowids(
             tf.cast(where[:, 1], tf.int32), where[:, 0], nrows=tf.shape(ids, out_type=tf.int64)[0])
         m = self._max_masks
-        used = tf.minimum(positions.row_lengths(out_type=tf.int32), m)
+        used = tf.minimum(tf.cast(positions.row_lengths(), tf.int32), m)
         slot_ok = tf.range(m)[None, :] < used[:, None]               # [B, M]
         gathered = positions.to_tensor(default_value=0, shape=[None, m])
         out = model(dict(inputs, masked_lm_positions=gathered), training=False)

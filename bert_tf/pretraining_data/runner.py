@@ -213,7 +213,9 @@ def _run_original(opts, input_files, paths, stats_path, vocab_path, start):
         files.abort()
         raise
     return _report(opts, stats, paths, stats_path, start,
-                   {"vocab_file": vocab_path, "config": _fingerprint(opts, input_files, vocab_path, len(paths))})
+                   {"vocab_file": vocab_path,
+                    "config": _fingerprint(opts, input_files, vocab_path, len(paths)),
+                    "peak_rss_mb": {"writer": round(streaming_lib.peak_rss_mb(), 1), "workers": None}})
 
 
 class _DocProgress:
@@ -282,7 +284,7 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
 
     total_bytes = sum(t.size for t in todo)
     progress = streaming_lib.Progress(total_bytes, opts.progress)
-    open_files, committed = {}, []
+    open_files, committed, worker_rss = {}, [], []
     journal_written = []
 
     def write_journal(complete):
@@ -303,6 +305,8 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
                 f.write(record)
             progress.update(message[3], len(message[2]), message[4])
         elif kind == "done":
+            if message[3]:
+                worker_rss.append(message[3])
             f = open_files.pop(shard, None) or writer_lib.RecordFile(paths[shard])
             f.commit()
             committed.append(paths[shard])
@@ -331,4 +335,6 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
     data = write_journal(True)
     return _report(opts, total, paths, stats_path, start,
                    {"vocab_file": vocab_path, "config": fingerprint, "shards": data["shards"],
-                    "resumed_shards": len(tasks) - len(todo)})
+                    "resumed_shards": len(tasks) - len(todo),
+                    "peak_rss_mb": {"writer": round(streaming_lib.peak_rss_mb(), 1),
+                                    "workers": round(max(worker_rss), 1) if worker_rss else None}})

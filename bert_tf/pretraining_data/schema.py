@@ -145,9 +145,12 @@ def parse_records(paths, max_seq_length, max_predictions_per_seq):
     if isinstance(paths, str):
         paths = [paths]
     out = []
-    for record in tf.data.TFRecordDataset(list(paths)):
-        parsed = tf.io.parse_single_example(record, spec)
-        out.append({k: v.numpy() for k, v in parsed.items()})
+    batches = tf.data.TFRecordDataset(list(paths)).batch(4096).map(
+        lambda records: tf.io.parse_example(records, spec))
+    for batch in batches:
+        arrays = {k: v.numpy() for k, v in batch.items()}
+        for i in range(len(arrays["input_ids"])):
+            out.append({k: v[i] for k, v in arrays.items()})
     return out
 
 
@@ -201,11 +204,17 @@ class RecordEncoder:
         n, m = len(input_ids), len(masked_lm_positions)
         if n > seq or m > preds:
             raise ValueError(f"instance of {n} tokens / {m} predictions does not fit")
-        ids = _pack(input_ids)
-        lm_ids = _pack(masked_lm_ids)
+        zeros = self._zeros
         # Positions < 128 are one-byte varints: bytes() packs them in C.
         lm_pos = bytes(masked_lm_positions) if seq <= 128 else _pack(masked_lm_positions)
-        seq_pad, pred_pad = seq - n, preds - m
+        return self.assemble(_pack(input_ids) + zeros[:seq - n], n, num_segment_a,
+                             _pack(masked_lm_ids) + zeros[:preds - m],
+                             lm_pos + zeros[:preds - m], m, is_random_next)
+
+    def assemble(self, ids_packed, n, num_segment_a, lm_ids_packed, lm_pos_packed, m,
+                 is_random_next):
+        """A record from already packed (and padded) varints of the three id features."""
+        seq, preds = self.max_seq_length, self.max_predictions_per_seq
         mask_entry = self._mask.get(n)
         if mask_entry is None:
             mask_entry = self._mask[n] = self._int64_entry("input_mask", [1] * n + [0] * (seq - n))
@@ -218,12 +227,15 @@ class RecordEncoder:
         if w_entry is None:
             w_entry = self._weights[m] = _len_field(b"\x0a", _KEY_FIELDS["masked_lm_weights"] + _len_field(
                 b"\x12", _float_feature([1.0] * m + [0.0] * (preds - m))))
-        zeros = self._zeros
+        heads = self._heads
+        h_ids = heads.get(("input_ids", len(ids_packed))) or self._head("input_ids", len(ids_packed))
+        h_lm_ids = (heads.get(("masked_lm_ids", len(lm_ids_packed)))
+                    or self._head("masked_lm_ids", len(lm_ids_packed)))
+        h_lm_pos = (heads.get(("masked_lm_positions", len(lm_pos_packed)))
+                    or self._head("masked_lm_positions", len(lm_pos_packed)))
         # Sorted key order: input_ids input_mask masked_lm_ids masked_lm_positions
         # masked_lm_weights next_sentence_labels segment_ids.
-        body = b"".join((
-            self._head("input_ids", len(ids) + seq_pad), ids, zeros[:seq_pad], mask_entry,
-            self._head("masked_lm_ids", len(lm_ids) + pred_pad), lm_ids, zeros[:pred_pad],
-            self._head("masked_lm_positions", len(lm_pos) + pred_pad), lm_pos, zeros[:pred_pad],
-            w_entry, self._nsp[1 if is_random_next else 0], seg_entry))
+        body = b"".join((h_ids, ids_packed, mask_entry, h_lm_ids, lm_ids_packed,
+                         h_lm_pos, lm_pos_packed, w_entry, self._nsp[1 if is_random_next else 0],
+                         seg_entry))
         return b"\x0a" + _varint_fast(len(body)) + body

@@ -55,7 +55,7 @@ class StreamConfig:
     whole_word_mask_per_word: bool = False
     nsp_reservoir_size: int = 1000
     shuffle_buffer_size: int = 10000
-    token_cache_size: int = 1 << 20
+    token_cache_size: int = 1 << 18  # words; ~50 MB per worker at most
 
 
 @dataclasses.dataclass
@@ -99,7 +99,7 @@ def plan_tfds_shards(name, split, data_dir, text_key, num_shards):
         splits = [split]
     else:
         import tensorflow_datasets as tfds
-        splits = [str(s) for s in tfds.even_splits(split, n=num_shards)]
+        splits = list(tfds.even_splits(split, n=num_shards))  # split objects, not strings
     return [ShardTask(s, [("tfds", name, splits[s], data_dir, text_key)], 0)
             for s in range(num_shards)]
 
@@ -136,7 +136,7 @@ class IdTokenizer:
     concatenation over text.split() of tokenize(word), except for _SPLIT_MISMATCH characters.
     """
 
-    def __init__(self, vocab, do_lower_case=True, cache_size=1 << 20):
+    def __init__(self, vocab, do_lower_case=True, cache_size=1 << 18):
         self.vocab = vocab
         self.basic = BasicTokenizer(do_lower_case=do_lower_case)
         self.wordpiece = WordpieceTokenizer(vocab=vocab)
@@ -169,6 +169,7 @@ class IdTokenizer:
         except KeyError:
             if len(cache) >= self.cache_size:  # bounded memory: start over
                 cache.clear()
+                getattr(self.wordpiece, "_cache", {}).clear()
             for w in words:
                 if w not in cache:
                     cache[w] = tuple(self._word(w))
@@ -192,8 +193,8 @@ class InstanceMaker:
         self.whole_word = cfg.do_whole_word_mask or cfg.whole_word_mask_per_word
         self.encoder = RecordEncoder(cfg.max_seq_length, cfg.max_predictions_per_seq)
 
-    def records(self, doc, reservoir):
-        """Encoded records of one pass over `doc` (a list of non-empty id lists)."""
+    def pairs(self, doc, reservoir):
+        """(tokens_a, tokens_b, is_random_next) of one pass over `doc`, truncated to fit."""
         rng, cfg = self.rng, self.cfg
         max_num_tokens = cfg.max_seq_length - 3
         target = max_num_tokens
@@ -223,7 +224,9 @@ class InstanceMaker:
                 else:
                     is_random_next = False
                     b = list(chain(chunk[a_end:]))
-                out.append(self._record(a, b, is_random_next, max_num_tokens))
+                if len(a) + len(b) > max_num_tokens:
+                    a, b = self._truncate(a, b, max_num_tokens)
+                out.append((a, b, is_random_next))
                 chunk, length = [], 0
             i += 1
         return out
@@ -252,10 +255,9 @@ class InstanceMaker:
         stats.truncated_tokens += excess
         return a[front_a:la - (cut_a - front_a)], b[front_b:lb - (cut_b - front_b)]
 
-    def _record(self, a, b, is_random_next, max_num_tokens):
+    def record(self, a, b, is_random_next):
+        """Mask one pair and encode it (the per-instance path, used for whole-word masking)."""
         rng, cfg, stats = self.rng, self.cfg, self.stats
-        if len(a) + len(b) > max_num_tokens:
-            a, b = self._truncate(a, b, max_num_tokens)
         la, lb = len(a), len(b)
         n = la + lb + 3
         ids = [self.cls]
@@ -338,18 +340,140 @@ class InstanceMaker:
         return self.encoder.encode(ids, la + 2, positions, labels, is_random_next)
 
 
+def _varint_rows(matrix):
+    """Packed varints of each row of a non-negative int matrix -> (bytes, row starts, row ends)."""
+    import numpy as np
+    if matrix.size and matrix.max() >= 1 << 21:
+        raise ValueError("ids >= 2**21")
+    nbytes = 1 + (matrix >= 0x80) + (matrix >= 0x4000)
+    stacked = np.stack([(matrix & 0x7F) | ((matrix >= 0x80) << 7),
+                        ((matrix >> 7) & 0x7F) | ((matrix >= 0x4000) << 7),
+                        matrix >> 14], axis=-1).astype(np.uint8)
+    flat = stacked[np.arange(3) < nbytes[..., None]].tobytes()
+    ends = np.cumsum(nbytes.sum(axis=1))
+    starts = ends - nbytes.sum(axis=1)
+    return flat, starts.tolist(), ends.tolist()
+
+
+class BatchMasker:
+    """Masking and encoding of many pairs at once with numpy (non-whole-word masking).
+
+    Same distribution as the per-instance path: k = min(max_predictions, max(1, round(n * p)))
+    candidates chosen uniformly (argsort of random keys), each then [MASK] (80 %), kept (10 %)
+    or replaced by a uniformly drawn vocab entry (10 %). Draws come from a numpy PCG64 seeded
+    per shard, so the shard stays deterministic.
+    """
+
+    def __init__(self, cfg, seed, stats):
+        import numpy as np
+        self.np = np
+        self.cfg, self.stats = cfg, stats
+        self.gen = np.random.Generator(np.random.PCG64(seed))
+        vocab = cfg.vocab
+        self.cls, self.sep, self.mask = vocab[CLS], vocab[SEP], vocab[MASK]
+        self.random_ids = np.array(list(vocab.values()), dtype=np.int64)
+        self.encoder = RecordEncoder(cfg.max_seq_length, cfg.max_predictions_per_seq)
+
+    def encode(self, pairs):
+        np, cfg, stats, gen = self.np, self.cfg, self.stats, self.gen
+        seq, preds = cfg.max_seq_length, cfg.max_predictions_per_seq
+        count = len(pairs)
+        la = np.fromiter((len(a) for a, _, _ in pairs), np.int64, count)
+        lb = np.fromiter((len(b) for _, b, _ in pairs), np.int64, count)
+        n = la + lb + 3
+        flat = []
+        cls, sep = self.cls, self.sep
+        for a, b, _ in pairs:
+            flat.append(cls)
+            flat += a
+            flat.append(sep)
+            flat += b
+            flat.append(sep)
+        ids = np.zeros((count, seq), np.int64)
+        starts = np.cumsum(n) - n
+        ids[np.repeat(np.arange(count), n), np.arange(int(n.sum())) - np.repeat(starts, n)] = flat
+
+        col = np.arange(seq)[None, :]
+        la_c, n_c = la[:, None], n[:, None]
+        candidate = ((col >= 1) & (col <= la_c)) | ((col >= la_c + 2) & (col <= n_c - 2))
+        k = np.minimum(preds, np.maximum(1, np.round(n * cfg.masked_lm_prob).astype(np.int64)))
+        k = np.minimum(k, n - 3)
+        width = min(preds, seq)
+        keys = gen.random((count, seq))
+        keys[~candidate] = 2.0
+        order = np.argsort(keys, axis=1)[:, :width]
+        pos = np.full((count, preds), seq, np.int64)
+        pos[:, :width] = np.where(np.arange(width)[None, :] < k[:, None], order, seq)
+        pos.sort(axis=1)
+        chosen = pos < seq
+        pos[~chosen] = 0
+        rows = np.arange(count)[:, None]
+        labels = np.where(chosen, ids[rows, pos], 0)
+        u = gen.random((count, preds))
+        replacement = self.random_ids[gen.integers(0, len(self.random_ids), (count, preds))]
+        as_mask = chosen & (u < 0.8)
+        as_random = chosen & (u >= 0.9)
+        new = np.where(as_mask, self.mask, np.where(as_random, replacement, labels))
+        r, c = np.nonzero(chosen)
+        ids[r, pos[r, c]] = new[r, c]
+
+        m = chosen.sum(axis=1)
+        stats.instances += count
+        stats.tokens += int(n.sum())
+        stats.candidates += int(n.sum()) - 3 * count
+        stats.masked += int(m.sum())
+        stats.masked_as_mask += int(as_mask.sum())
+        n_random = int((as_random & (replacement != labels)).sum())
+        stats.masked_random += n_random
+        stats.masked_kept += int(m.sum()) - int(as_mask.sum()) - n_random
+        n_next = sum(1 for _, _, nsp in pairs if nsp)
+        stats.nsp_random_next += n_next
+        stats.nsp_actual_next += count - n_next
+
+        ids_flat, ids_s, ids_e = _varint_rows(ids)
+        lm_flat, lm_s, lm_e = _varint_rows(labels)
+        if seq <= 128:
+            pos_flat = pos.astype(np.uint8).tobytes()
+            pos_s = list(range(0, count * preds, preds))
+            pos_e = [x + preds for x in pos_s]
+        else:
+            pos_flat, pos_s, pos_e = _varint_rows(pos)
+        assemble = self.encoder.assemble
+        return [assemble(ids_flat[ids_s[i]:ids_e[i]], ni, lai + 2, lm_flat[lm_s[i]:lm_e[i]],
+                         pos_flat[pos_s[i]:pos_e[i]], mi, pairs[i][2])
+                for i, ni, lai, mi in zip(range(count), n.tolist(), la.tolist(), m.tolist())]
+
+
+BATCH_PAIRS = 512  # pairs masked together by BatchMasker
+
+
 def run_shard(task, cfg, tokenizer, send):
     """Make one shard; `send(message)` receives ("records", shard, [bytes], docs, bytes).
 
     Returns the shard's Stats. Deterministic in (task, cfg).
     """
-    rng = random.Random(shard_seed(cfg.random_seed, task.index))
+    seed = shard_seed(cfg.random_seed, task.index)
+    rng = random.Random(seed)
     rand = rng.random
     stats = Stats()
     maker = InstanceMaker(cfg, rng, stats)
+    batcher = None if maker.whole_word or max(cfg.vocab.values()) >= 1 << 21 else \
+        BatchMasker(cfg, seed, stats)
     reservoir, seen = [], 0
     buffer, buffer_size = [], cfg.shuffle_buffer_size
-    out, docs_done, bytes_done = [], 0, 0
+    pending, out, docs_done, bytes_done = [], [], 0, 0
+
+    def shuffle_in(records):
+        for record in records:
+            if len(buffer) < buffer_size:
+                buffer.append(record)
+            elif buffer_size:
+                j = int(rand() * buffer_size)
+                out.append(buffer[j])
+                buffer[j] = record
+            else:
+                out.append(record)
+
     for sentences, nbytes in _iter_task_documents(task):
         bytes_done += nbytes
         doc = [ids for ids in map(tokenizer.encode, sentences) if ids]
@@ -358,16 +482,14 @@ def run_shard(task, cfg, tokenizer, send):
             stats.sentences += len(doc)
             docs_done += 1
             for _ in range(cfg.dupe_factor):
-                for record in maker.records(doc, reservoir):
-                    if len(buffer) < buffer_size:
-                        buffer.append(record)
-                    else:
-                        j = int(rand() * buffer_size) if buffer_size else -1
-                        if j < 0:
-                            out.append(record)
-                        else:
-                            out.append(buffer[j])
-                            buffer[j] = record
+                pairs = maker.pairs(doc, reservoir)
+                if batcher is None:
+                    shuffle_in([maker.record(*p) for p in pairs])
+                else:
+                    pending += pairs
+            if len(pending) >= BATCH_PAIRS:
+                shuffle_in(batcher.encode(pending))
+                pending = []
             seen += 1
             if len(reservoir) < cfg.nsp_reservoir_size:
                 reservoir.append(doc)
@@ -378,6 +500,8 @@ def run_shard(task, cfg, tokenizer, send):
         if len(out) >= RECORD_BATCH:
             send(("records", task.index, out, docs_done, bytes_done))
             out, docs_done, bytes_done = [], 0, 0
+    if pending:
+        shuffle_in(batcher.encode(pending))
     rng.shuffle(buffer)
     out.extend(buffer)
     for start in range(0, max(len(out), 1), RECORD_BATCH):
@@ -396,6 +520,20 @@ def _one_line(exc):
     return f"internal error in a streaming worker: {type(exc).__name__}: {exc}{where}"
 
 
+def peak_rss_mb():
+    """Peak resident memory of this process image (VmHWM; unlike ru_maxrss it does not count
+    the parent's pages a spawned child had mapped between fork and exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _worker_main(cfg, task_queue, result_queue):
     tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
     while True:
@@ -404,7 +542,7 @@ def _worker_main(cfg, task_queue, result_queue):
             return
         try:
             stats = run_shard(task, cfg, tokenizer, result_queue.put)
-            result_queue.put(("done", task.index, stats.to_dict()))
+            result_queue.put(("done", task.index, stats.to_dict(), peak_rss_mb()))
         except BaseException as e:  # report, then stop: the parent aborts the run
             result_queue.put(("error", task.index, _one_line(e)))
             return
@@ -413,8 +551,8 @@ def _worker_main(cfg, task_queue, result_queue):
 def run_tasks(tasks, cfg, num_workers, on_message):
     """Run shard tasks, in this process (num_workers <= 1) or in worker processes.
 
-    `on_message` gets ("records", shard, [bytes], docs, bytes) and ("done", shard, stats_dict),
-    in order per shard. Raises BertError on the first failing shard (workers are stopped).
+    `on_message` gets ("records", shard, [bytes], docs, bytes) and
+    ("done", shard, stats_dict, worker_peak_rss_mb or None), in order per shard. Raises BertError on the first failing shard (workers are stopped).
     """
     if not tasks:
         return
@@ -427,7 +565,7 @@ def run_tasks(tasks, cfg, num_workers, on_message):
                 raise
             except Exception as e:
                 raise BertError(_one_line(e)) from e
-            on_message(("done", task.index, stats.to_dict()))
+            on_message(("done", task.index, stats.to_dict(), None))
         return
 
     import multiprocessing

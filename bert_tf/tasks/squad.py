@@ -261,7 +261,7 @@ def _strip_spaces(text):
     return "".join(chars), index
 
 
-def final_text_span(pred_text, orig_text, do_lower_case):
+def final_text_span(pred_text, orig_text, do_lower_case, verbose=False):
     """(start, end) in `orig_text` of the detokenized prediction `pred_text`.
 
     `orig_text` is the original words (the whole words the span touches) and `pred_text` the
@@ -271,19 +271,23 @@ def final_text_span(pred_text, orig_text, do_lower_case):
     the original's get_final_text.
     """
     from bert_tf.tokenization import BasicTokenizer
-    whole = (0, len(orig_text))
+    def whole(why):
+        if verbose:
+            log.info("answer %r: %s in %r; using the whole words", pred_text, why, orig_text)
+        return 0, len(orig_text)
+
     tok_text = " ".join(BasicTokenizer(do_lower_case=do_lower_case).tokenize(orig_text))
     start = tok_text.find(pred_text)
     if start == -1:
-        return whole
+        return whole("not found")
     end = start + len(pred_text) - 1
     orig_ns, orig_map = _strip_spaces(orig_text)
     tok_ns, tok_map = _strip_spaces(tok_text)
     if len(orig_ns) != len(tok_ns):
-        return whole
+        return whole("length changed by tokenization")
     tok_to_ns = {s: ns for ns, s in tok_map.items()}
     if start not in tok_to_ns or end not in tok_to_ns:
-        return whole
+        return whole("no character alignment")
     return orig_map[tok_to_ns[start]], orig_map[tok_to_ns[end]] + 1
 
 
@@ -292,11 +296,11 @@ def get_final_text(pred_text, orig_text, do_lower_case):
     return orig_text[s:e]
 
 
-def _context_text(example, first_word, last_word, pred_text, do_lower_case):
+def _context_text(example, first_word, last_word, pred_text, do_lower_case, verbose=False):
     """The exact context characters of the prediction (spacing inside kept as written)."""
     words = example.doc_tokens[first_word:last_word + 1]
     orig_text = " ".join(words)
-    s, e = final_text_span(pred_text, orig_text, do_lower_case)
+    s, e = final_text_span(pred_text, orig_text, do_lower_case, verbose)
     # Map positions in the single-space-joined words back to context offsets.
     starts, pos = [], 0
     for w in words:
@@ -319,7 +323,7 @@ Prelim = collections.namedtuple("Prelim", "feature_index start end start_logit e
 
 def postprocess(examples, features, start_logits, end_logits, n_best_size=20,
                 max_answer_length=30, do_lower_case=True, version_2_with_negative=False,
-                null_score_diff_threshold=0.0):
+                null_score_diff_threshold=0.0, verbose=False):
     """(predictions, nbest, null_odds): qid -> text, qid -> [entries], qid -> score diff.
 
     `start_logits`/`end_logits`: [num_features, max_seq_length], aligned with `features`.
@@ -364,7 +368,8 @@ def postprocess(examples, features, start_logits, end_logits, n_best_size=20,
                 pieces = " ".join(f.tokens[p.start:p.end + 1])
                 pred = " ".join(pieces.replace(" ##", "").replace("##", "").strip().split())
                 text = _context_text(ex, f.token_to_orig_map[p.start],
-                                     f.token_to_orig_map[p.end], pred, do_lower_case)
+                                     f.token_to_orig_map[p.end], pred, do_lower_case,
+                                     verbose)
                 if text in seen:
                     continue
             else:
@@ -437,9 +442,6 @@ def run(cfg):
     if cfg.do_train:
         if not train:
             raise BertError(f"{cfg.train_file}: no training questions")
-        if cfg.seed is not None:
-            rng = np.random.RandomState(cfg.seed)
-            train = [train[i] for i in rng.permutation(len(train))]
         feats = convert_examples_to_features(train, tokenizer, cfg.max_seq_length,
                                              cfg.doc_stride, cfg.max_query_length, True,
                                              progress="train features" if progress else None)
@@ -456,7 +458,8 @@ def run(cfg):
                             ["start_logits", "end_logits"])
         preds, nbest, odds = postprocess(
             evals, feats, out["start_logits"], out["end_logits"], cfg.n_best_size,
-            cfg.max_answer_length, cfg.do_lower_case, v2, cfg.null_score_diff_threshold)
+            cfg.max_answer_length, cfg.do_lower_case, v2, cfg.null_score_diff_threshold,
+            cfg.verbose_logging)
         _json_dump(os.path.join(cfg.output_dir, "predictions.json"), preds)
         _json_dump(os.path.join(cfg.output_dir, "nbest_predictions.json"), nbest)
         if v2:

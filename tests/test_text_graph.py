@@ -1,0 +1,428 @@
+"""In-graph tokenizer/packer == Python FullTokenizer + the original's packing; TF-Serving-safe ops."""
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bert_tf
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from bert_tf import serving_ops, text_graph, tokenization, vocab_builder
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "sample_text.txt")
+
+
+def sample_lines():
+    with open(DATA, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+EDGE_CASES = [
+    "", " ", "\t\n\r ", "\x00", "\ufffd",
+    "ab\x00cd\ufffdef\x07gh\u200bij\u00adkl\ue000mn x\U000E0080y",
+    "a\x0bb\x0cc\x1cd\x1fe\x85f",
+    "one\u2028two\u2029three", "a\u00a0b\u3000c\u2009d\u202fe",
+    "Zoë Bézier FAÇADE Kraków Tōkyō naïve Be\u0301zier ZOË",
+    "ﬁne Straße ½ İstanbul I ı",
+    "ΟΔΟΣ ΣΑΣ. Άλφα ΣΣ Σ AΣ'B A'Σ' Σ\u0301 ΑΣ\u0345",
+    "我爱中文abc x\U00020000y\uF900z 灯台守の夜",
+    "ありがとう、ひかり。カナ 한국",
+    "hi🙂there 🎄🌊🏠 👍🏽 👨\u200d👩 ❤\ufe0f",
+    "x\u2014y\u2013z “ok” ‘no’ «oui»… a，b¿c €1×2©",
+    "a$b+c<d=e>f^g`h|i~j (0)1234 567-890 3.14",
+    "the" * 66 + "ab", "the" * 67, "é" * 200, "é" * 201, "Zoë" * 67,
+    # Newer case mappings than ICU's (Unicode 14), and a Unicode 14 mark next to capital sigma.
+    "\u2C2F\uA7C0 \U00010570x AΣ\u0898 ΑΣ\u1734B",
+    "unwanted running wanted",
+]
+
+
+def to_lists(rt):
+    """RaggedTensor -> nested lists (RaggedTensor.to_list() takes seconds per thousand rows)."""
+    values = rt.flat_values.numpy().tolist()
+    splits = [s.numpy().tolist() for s in rt.nested_row_splits]
+
+    def build(level, lo, hi):
+        if level == len(splits):
+            return values[lo:hi]
+        s = splits[level]
+        return [build(level + 1, s[i], s[i + 1]) for i in range(lo, hi)]
+    return build(0, 0, len(splits[0]) - 1)
+
+
+def py_ids_by_word(tok, text):
+    return [tok.convert_tokens_to_ids(tok.wordpiece_tokenizer.tokenize(w))
+            for w in tok.basic_tokenizer.tokenize(text)]
+
+
+def graph_ids_by_word(tg, texts):
+    return to_lists(tf.function(tg.tokenize)(tf.constant(texts)))
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["uncased", "cased"])
+def tokenizers(request, tmp_path_factory):
+    """(do_lower_case, FullTokenizer, BertTextTokenizer) on a vocab learned from the sample text,
+    small enough for many multi-piece words, with q/x/🙂/の removed so some words are [UNK]."""
+    lower = request.param
+    d = tmp_path_factory.mktemp("vocab")
+    tokens = vocab_builder.learn_vocab(DATA, str(d / "learned.txt"), vocab_size=300,
+                                       do_lower_case=lower)
+    kept = [t for t in tokens if not any(c in t for c in "qxQX🙂の")]
+    path = str(d / "vocab.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(t + "\n" for t in kept))
+    return (lower, tokenization.FullTokenizer(path, do_lower_case=lower),
+            text_graph.BertTextTokenizer(path, do_lower_case=lower))
+
+
+def test_sample_text_ids_match_python(tokenizers):
+    lower, py, tg = tokenizers
+    lines = sample_lines()
+    got = graph_ids_by_word(tg, lines)
+    assert got == [py_ids_by_word(py, line) for line in lines]
+    # The fixture really exercises WordPiece: multi-piece words and [UNK]s.
+    flat_words = [w for row in got for w in row]
+    assert sum(len(w) > 1 for w in flat_words) > 200
+    assert 5 <= sum(w == [py.vocab["[UNK]"]] for w in flat_words) <= 40
+
+
+def test_edge_cases_match_python(tokenizers):
+    lower, py, tg = tokenizers
+    assert graph_ids_by_word(tg, EDGE_CASES) == [py_ids_by_word(py, t) for t in EDGE_CASES]
+
+
+def test_pieces_match_python(tokenizers):
+    lower, py, tg = tokenizers
+    texts = sample_lines()[:8] + EDGE_CASES
+    got = to_lists(tg.tokenize_to_pieces(tf.constant(texts)))
+    got = [[[p.decode("utf-8") for p in w] for w in row] for row in got]
+    assert got == [[py.wordpiece_tokenizer.tokenize(w) for w in py.basic_tokenizer.tokenize(t)]
+                   for t in texts]
+
+
+def test_invalid_utf8_dropped_like_python(tokenizers):
+    lower, py, tg = tokenizers
+    raw = [b"ab\xffcd \xe4\xb8", b"\xed\xa0\x80x", b"Zo\xc3\xab\xc3"]
+    assert graph_ids_by_word(tg, raw) == [py_ids_by_word(py, r) for r in raw]
+
+
+def test_random_strings_match_python(tokenizers):
+    lower, py, tg = tokenizers
+    pool = (list("abcxyzABCXYZ019 .,'-:$^`") + list("ΣσςΑΟ") + list("éëÉŁßİı")
+            + ["\u0301", "\u0345", "\u0898", "\u00ad", "\u200b", "\u200d", "\x00", "\x07",
+               "\x1c", "\x85", "\t", "\n", "\u2028", "\u00a0", "\u3000", "\ufffd", "\ue000",
+               "\u2C2F", "\U00010570", "中", "文", "か", "が", "カ", "한", "🙂", "🏽", "—",
+               "“", "«", "…", "，", "€", "\U000E0080", "\ufe0f"])
+    rng = random.Random(1234)
+    texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 24))) for _ in range(2000)]
+    got = graph_ids_by_word(tg, texts)
+    want = [py_ids_by_word(py, t) for t in texts]
+    mismatches = [(t, g, w) for t, g, w in zip(texts, got, want) if g != w]
+    assert mismatches == []
+
+
+def test_shapes_and_special_ids(tokenizers):
+    lower, py, tg = tokenizers
+    out = tg.tokenize(tf.constant(["Hello there", ""]))
+    assert isinstance(out, tf.RaggedTensor) and out.dtype == tf.int64 and out.ragged_rank == 2
+    assert out.shape[0] == 2 and out[1].shape[0] == 0
+    assert (tg.cls_id, tg.sep_id, tg.mask_id, tg.unk_id, tg.pad_id) == tuple(
+        py.vocab[t] for t in ("[CLS]", "[SEP]", "[MASK]", "[UNK]", "[PAD]"))
+    assert tg.vocab_size == len(tokenization.vocab_tokens(py.vocab_file))
+    assert all(isinstance(v, int) for v in (tg.cls_id, tg.sep_id, tg.vocab_size))
+    # A scalar string is a batch of one.
+    assert to_lists(tg.tokenize(tf.constant("Hello"))) == [py_ids_by_word(py, "Hello")]
+
+
+def test_non_canonical_vocab_file(tmp_path):
+    # CRLF, a trailing space, an empty line and a duplicate (later wins): TextFileInitializer
+    # alone would read these differently from load_vocab (or refuse them).
+    lines = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello ", "", "world", "##s",
+             "world", "\ta\u2028b"]
+    path = tmp_path / "vocab.txt"
+    path.write_bytes("".join(l + "\r\n" for l in lines).encode("utf-8"))
+    py = tokenization.FullTokenizer(str(path))
+    tg = text_graph.BertTextTokenizer(str(path))
+    assert py.convert_tokens_to_ids(["hello", "world", "##s"]) == [5, 9, 8]
+    texts = ["hello worlds", "Hello, world!", "hellos"]
+    assert graph_ids_by_word(tg, texts) == [[[5], [9, 8]], [[5], [1], [9], [1]], [[5, 8]]]
+    assert graph_ids_by_word(tg, texts) == [py_ids_by_word(py, t) for t in texts]
+    assert tg.vocab_size == 11
+
+
+def test_missing_vocab_raises_bert_error(tmp_path):
+    with pytest.raises(bert_tf.BertError, match="vocab file not found"):
+        text_graph.BertTextTokenizer(str(tmp_path / "none.txt"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lower", [True, False])
+def test_every_code_point_matches_python(lower, tmp_path):
+    """Exhaustive: every code point alone, inside a word and next to capital sigma."""
+    path = tmp_path / "v.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
+    tg = text_graph.BertTextTokenizer(str(path), do_lower_case=lower)
+    basic = tokenization.BasicTokenizer(do_lower_case=lower)
+    fn = tf.function(tg.basic_tokenize)
+    cps = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
+    bad = []
+    for i in range(0, len(cps), 100_000):
+        texts = [f"a{chr(c)}b {chr(c)} A{chr(c)}\u03a3{chr(c)}" for c in cps[i:i + 100_000]]
+        for t, g in zip(texts, to_lists(fn(tf.constant(texts)))):
+            if [w.decode("utf-8") for w in g] != basic.tokenize(t):
+                bad.append(t)
+    assert bad == []
+
+
+@pytest.mark.slow
+def test_turkish_locale_does_not_change_lower_casing(tmp_path):
+    # ICU lower-cases with the process locale (tr: I -> ı); ASCII is lower-cased first to avoid it.
+    path = tmp_path / "v.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
+    code = ("import bert_tf, tensorflow as tf; from bert_tf import text_graph as t; "
+            f"k = t.BertTextTokenizer({str(path)!r}); "
+            "print(repr([w.decode() for w in k.basic_tokenize(tf.constant(['IRAK İzmir'])).flat_values.numpy()]))")
+    env = dict(os.environ, LC_ALL="tr_TR.UTF-8", LANG="tr_TR.UTF-8")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip().splitlines()[-1]
+    assert out == repr(["irak", "izmir"])
+
+
+# ---------------------------------------------------------------------------------------------
+# pack_inputs
+
+def py_pack(a, b, seq_length, cls=101, sep=102):
+    """The original's convert_single_example packing, written from its rules."""
+    a = list(a)
+    b = list(b) if b is not None else []
+    if b:
+        while len(a) + len(b) > seq_length - 3:
+            (a if len(a) > len(b) else b).pop()
+        ids = [cls] + a + [sep] + b + [sep]
+        types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    else:
+        ids = [cls] + a[:seq_length - 2] + [sep]
+        types = [0] * len(ids)
+    pad = seq_length - len(ids)
+    return ids + [0] * pad, [1] * len(ids) + [0] * pad, types + [0] * pad
+
+
+def pack(segments, seq_length, cls=101, sep=102):
+    out = text_graph.pack_inputs(
+        [tf.ragged.constant(s, dtype=tf.int64) for s in segments], seq_length, cls, sep)
+    assert all(v.dtype == tf.int32 and v.shape == (len(segments[0]), seq_length)
+               for v in out.values())
+    return {k: v.numpy().tolist() for k, v in out.items()}
+
+
+def test_pack_single_exact():
+    out = pack([[[5, 6, 7], [8], []]], 6)
+    assert out["input_word_ids"] == [[101, 5, 6, 7, 102, 0], [101, 8, 102, 0, 0, 0],
+                                     [101, 102, 0, 0, 0, 0]]
+    assert out["input_mask"] == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0]]
+    assert out["input_type_ids"] == [[0] * 6] * 3
+
+
+def test_pack_single_truncation():
+    out = pack([[list(range(1, 11))]], 5)
+    assert out["input_word_ids"] == [[101, 1, 2, 3, 102]]
+    assert out["input_mask"] == [[1] * 5]
+
+
+def test_pack_pair_exact():
+    out = pack([[[5, 6], [7]], [[8, 9, 10], [11]]], 9)
+    assert out["input_word_ids"] == [[101, 5, 6, 102, 8, 9, 10, 102, 0],
+                                     [101, 7, 102, 11, 102, 0, 0, 0, 0]]
+    assert out["input_mask"] == [[1] * 8 + [0], [1] * 5 + [0] * 4]
+    assert out["input_type_ids"] == [[0, 0, 0, 0, 1, 1, 1, 1, 0], [0, 0, 0, 1, 1, 0, 0, 0, 0]]
+
+
+def test_pack_pair_truncation_pops_longer_ties_pop_b():
+    # seq 8 -> budget 5. (4, 4): b, a, b popped -> a 3, b 2. (7, 1): a cut to 4. (1, 7): b to 4.
+    out = pack([[[1, 2, 3, 4], [1, 2, 3, 4, 5, 6, 7], [1]],
+                [[11, 12, 13, 14], [11], [11, 12, 13, 14, 15, 16, 17]]], 8)
+    assert out["input_word_ids"] == [[101, 1, 2, 3, 102, 11, 12, 102],
+                                     [101, 1, 2, 3, 4, 102, 11, 102],
+                                     [101, 1, 102, 11, 12, 13, 14, 102]]
+    assert out["input_type_ids"] == [[0, 0, 0, 0, 0, 1, 1, 1],
+                                     [0, 0, 0, 0, 0, 0, 1, 1],
+                                     [0, 0, 0, 1, 1, 1, 1, 1]]
+
+
+def test_pack_pair_with_empty_b_is_single_like_the_original():
+    out = pack([[[1, 2, 3, 4, 5, 6, 7]], [[]]], 6)
+    assert out["input_word_ids"] == [[101, 1, 2, 3, 4, 102]]
+    assert out["input_type_ids"] == [[0] * 6]
+
+
+def test_pack_matches_original_rules_exhaustively():
+    rng = random.Random(7)
+    for seq_length in (3, 4, 5, 8, 13):
+        a_rows, b_rows, want = [], [], []
+        for la in range(0, 12):
+            for lb in range(0, 12):
+                a = [rng.randint(1, 99) for _ in range(la)]
+                b = [rng.randint(1, 99) for _ in range(lb)]
+                a_rows.append(a)
+                b_rows.append(b)
+                want.append(py_pack(a, b, seq_length))
+        out = pack([a_rows, b_rows], seq_length)
+        got = list(zip(out["input_word_ids"], out["input_mask"], out["input_type_ids"]))
+        assert [tuple(map(list, g)) for g in got] == [tuple(w) for w in want]
+
+
+def test_pack_accepts_word_level_ragged_and_dense():
+    words = tf.ragged.constant([[[5, 6], [7]], [[8]]], dtype=tf.int64)  # [batch, words, pieces]
+    flat = tf.constant([[5, 6, 7]], dtype=tf.int64)
+    assert text_graph.pack_inputs([words], 6, 1, 2)["input_word_ids"].numpy().tolist() == [
+        [1, 5, 6, 7, 2, 0], [1, 8, 2, 0, 0, 0]]
+    assert text_graph.pack_inputs([flat], 6, 1, 2)["input_word_ids"].numpy().tolist() == [
+        [1, 5, 6, 7, 2, 0]]
+
+
+def test_pack_errors():
+    seg = tf.ragged.constant([[1]], dtype=tf.int64)
+    with pytest.raises(bert_tf.BertError, match="1 or 2 segments"):
+        text_graph.pack_inputs([seg, seg, seg], 8, 1, 2)
+    with pytest.raises(bert_tf.BertError, match="seq_length 2"):
+        text_graph.pack_inputs([seg, seg], 2, 1, 2)
+
+
+def test_tokenize_and_pack_in_tf_function_matches_python(tokenizers):
+    lower, py, tg = tokenizers
+    a = ["The old lighthouse at Port Ellery had stood on its granite shelf for 147 years.", "",
+         "Zoë"]
+    b = ["“Nothing happens here,” she told the visitors.", "Why?", ""]
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+    def fn(x, y):
+        return text_graph.pack_inputs([tg.tokenize(x), tg.tokenize(y)], 16, tg.cls_id, tg.sep_id)
+
+    out = {k: v.numpy().tolist() for k, v in fn(tf.constant(a), tf.constant(b)).items()}
+    for i in range(3):
+        want = py_pack(py.convert_tokens_to_ids(py.tokenize(a[i])),
+                       py.convert_tokens_to_ids(py.tokenize(b[i])), 16, tg.cls_id, tg.sep_id)
+        assert (out["input_word_ids"][i], out["input_mask"][i], out["input_type_ids"][i]) == want
+    # Batch of one and an all-empty batch.
+    one = fn(tf.constant(["Zoë"]), tf.constant([""]))["input_word_ids"].numpy().tolist()
+    assert one == [py_pack(py.convert_tokens_to_ids(py.tokenize("Zoë")), [], 16,
+                           tg.cls_id, tg.sep_id)[0]]
+    empty = fn(tf.constant(["", ""]), tf.constant(["", ""]))["input_word_ids"].numpy().tolist()
+    assert empty == [[tg.cls_id, tg.sep_id] + [0] * 14] * 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Keras layer
+
+def test_preprocessing_layer_single_and_pair(tokenizers):
+    lower, py, tg = tokenizers
+    layer = text_graph.BertPreprocessingLayer(py.vocab_file, do_lower_case=lower, seq_length=12)
+    texts = ["Zoë kept a logbook.", "", "A journalist from Tōkyō wrote an article titled 灯台守の夜."]
+    out = layer(tf.constant(texts))
+    assert sorted(out) == ["input_mask", "input_type_ids", "input_word_ids"]
+    for i, t in enumerate(texts):
+        want = py_pack(py.convert_tokens_to_ids(py.tokenize(t)), None, 12, tg.cls_id, tg.sep_id)
+        assert out["input_word_ids"][i].numpy().tolist() == want[0]
+        assert out["input_mask"][i].numpy().tolist() == want[1]
+    pair = layer([tf.constant(texts), tf.constant(["Why?", "Yes.", "No."])])
+    want = py_pack(py.convert_tokens_to_ids(py.tokenize(texts[0])),
+                   py.convert_tokens_to_ids(py.tokenize("Why?")), 12, tg.cls_id, tg.sep_id)
+    assert pair["input_type_ids"][0].numpy().tolist() == want[2]
+    assert pair["input_word_ids"][0].numpy().tolist() == want[0]
+
+
+def test_preprocessing_layer_config_and_functional_model(tokenizers):
+    lower, py, tg = tokenizers
+    layer = text_graph.BertPreprocessingLayer(py.vocab_file, do_lower_case=lower)
+    config = layer.get_config()
+    assert (config["vocab_file"], config["do_lower_case"], config["seq_length"]) == (
+        py.vocab_file, lower, 128)
+    clone = text_graph.BertPreprocessingLayer.from_config(config)
+    inp = keras.Input(shape=(), dtype="string")
+    model = keras.Model(inp, clone(inp))
+    texts = tf.constant(["Zoë kept a logbook.", "", "x"])
+    got = model(texts)
+    want = layer(texts)
+    for k in want:
+        assert got[k].shape == (3, 128)
+        np.testing.assert_array_equal(got[k].numpy(), want[k].numpy())
+
+
+# ---------------------------------------------------------------------------------------------
+# TF Serving op safety
+
+def test_tokenize_and_pack_use_only_serving_safe_ops(tokenizers):
+    lower, py, tg = tokenizers
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+    def fn(x, y):
+        return text_graph.pack_inputs([tg.tokenize(x), tg.tokenize(y)], 128, tg.cls_id, tg.sep_id)
+
+    ops = serving_ops.ops_in_concrete_function(fn.get_concrete_function())
+    serving_ops.check_serving_safe(ops)
+    assert {"RegexSplitWithOffsets", "WordpieceTokenizeWithOffsets", "LookupTableFindV2",
+            "StaticRegexReplace"} <= ops
+    assert ("NormalizeUTF8" in ops) == lower
+    assert not any(op.startswith(("FastBert", "FastWordpiece", "TFText>")) for op in ops)
+    assert not ops & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
+
+
+def test_fast_bert_tokenizer_is_flagged():
+    tok = tf_text.FastBertTokenizer(vocab=["[UNK]", "a", "##b"], lower_case_nfd_strip_accents=True)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def fn(x):
+        return tok.tokenize(x)
+
+    ops = serving_ops.ops_in_concrete_function(fn.get_concrete_function())
+    assert {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets"} <= ops
+    with pytest.raises(bert_tf.BertError) as e:
+        serving_ops.check_serving_safe(ops, what="fast_bert")
+    msg = str(e.value)
+    assert msg.startswith("fast_bert: ") and "FastBertNormalize" in msg
+    assert "FastWordpieceTokenizeWithOffsets" in msg and "\n" not in msg
+    assert "RegexSplitWithOffsets" not in msg
+
+
+def test_py_function_and_unknown_ops_are_flagged():
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def fn(x):
+        return tf.py_function(lambda v: v * 2, [x], tf.float32)
+
+    assert serving_ops.unsafe_ops(serving_ops.ops_in_concrete_function(fn)) == ["EagerPyFunc"]
+    assert serving_ops.unsafe_ops(["MatMul", "MyCustomOp", "TFText>RoundRobinTrim"]) == [
+        "MyCustomOp", "TFText>RoundRobinTrim"]
+    assert "NormalizeUTF8" not in serving_ops.core_ops() and "MatMul" in serving_ops.core_ops()
+
+
+def test_saved_model_ops_assets_and_round_trip(tokenizers, tmp_path):
+    lower, py, tg = tokenizers
+    module = tf.Module()
+    module.tokenizer = tg
+    module.serve = tf.function(
+        lambda x: text_graph.pack_inputs([tg.tokenize(x)], 16, tg.cls_id, tg.sep_id),
+        input_signature=[tf.TensorSpec([None], tf.string)])
+    export_dir = str(tmp_path / "export")
+    tf.saved_model.save(module, export_dir)
+    assert os.listdir(os.path.join(export_dir, "assets")) == ["vocab.txt"]
+    ops = serving_ops.ops_in_saved_model(export_dir)
+    serving_ops.check_serving_safe(ops, what=export_dir)
+    assert {"RegexSplitWithOffsets", "WordpieceTokenizeWithOffsets",
+            "InitializeTableFromTextFileV2"} <= ops
+    # Loading reads the vocab from assets/, not from the original path.
+    os.rename(py.vocab_file, py.vocab_file + ".moved")
+    try:
+        loaded = tf.saved_model.load(export_dir)
+        text = "Zoë climbed the stairs with an oil lantern."
+        got = loaded.serve(tf.constant([text]))["input_word_ids"].numpy().tolist()
+    finally:
+        os.rename(py.vocab_file + ".moved", py.vocab_file)
+    assert got == [py_pack(py.convert_tokens_to_ids(py.tokenize(text)), None, 16,
+                           tg.cls_id, tg.sep_id)[0]]
+    with pytest.raises(bert_tf.BertError, match="no saved_model.pb"):
+        serving_ops.ops_in_saved_model(str(tmp_path))
