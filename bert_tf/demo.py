@@ -1,0 +1,242 @@
+"""`make demo`: the original release's whole workflow on the shipped sample corpus.
+
+    python -m bert_tf.demo --output_dir demo_out [--train_steps 300] [--export_base export]
+
+Each step runs the same top-level script a user would run with their own data, and prints the
+command first so it can be copied:
+  1. learn a WordPiece vocab from tfrecords/sample_corpus.txt (python -m bert_tf.vocab_builder)
+  2. create_pretraining_data.py -> sharded TFRecords + stats JSON
+  3. run_pretraining.py with a tiny config (loss printed each loop)
+  4. SavedModels in <export_base>/bert_demo{,_preprocessor,_encoder}/<version>/: the encoder
+     from run_pretraining.py's end-of-training export, the end-to-end fill-mask model and the
+     preprocessor from export_savedmodel.py
+  5. a fresh process (bert_tf/demo_predict.py, plain Keras) loads the exports and prints
+     fill-mask predictions and sentence embeddings
+  6. the tensorflow_model_server / docker command and a curl request for the fill-mask model.
+"""
+import json
+import os
+import posixpath
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+import bert_tf  # noqa: F401
+from bert_tf import BertError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE_CORPUS = os.path.join(REPO, "tfrecords", "sample_corpus.txt")
+TINY_CONFIG = os.path.join(REPO, "configs", "bert_tiny.json")
+MODEL_NAME = "bert_demo"
+
+DEMO_SENTENCES = [
+    "the keeper trimmed the [MASK] at dusk .",
+    "oxen dragged each [MASK] to the cliff .",
+    "the lens had been ground in a [MASK] far to the south .",
+]
+EMBED_SENTENCES = [
+    "The keeper polished the great lens until it shone.",
+    "Every evening he trimmed the wicks of the lamp.",
+    "The granite was quarried two miles inland.",
+]
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("output_dir", "demo_out", "Work folder (vocab, TFRecords, checkpoints, logs).")
+flags.DEFINE_string("export_base", os.path.join(REPO, "export"),
+                    "SavedModels go to <export_base>/<name>/<version>/ (the TF Serving layout).")
+flags.DEFINE_string("input_file", SAMPLE_CORPUS, "Corpus: one sentence a line, blank line "
+                    "between documents.")
+flags.DEFINE_string("vocab_file", None, "Use this vocab.txt instead of learning one.")
+flags.DEFINE_bool("do_lower_case", True, "Uncased model.")
+flags.DEFINE_integer("vocab_size", 2000, "Size of the learned vocab (upper bound).")
+flags.DEFINE_string("bert_config_file", TINY_CONFIG, "Model shape (vocab_size is replaced by "
+                    "the vocab's).")
+flags.DEFINE_integer("max_seq_length", 64, "Sequence length of the pre-training examples.")
+flags.DEFINE_integer("max_predictions_per_seq", 10, "Masked positions per example.")
+flags.DEFINE_integer("dupe_factor", 10, "Copies of the corpus with different masks.")
+flags.DEFINE_integer("train_steps", 300, "Pre-training steps.")
+flags.DEFINE_integer("train_batch_size", 32, "Global batch size.")
+flags.DEFINE_float("learning_rate", 5e-4, "Peak learning rate (tiny model, tiny corpus; 1e-3 "
+                   "stalls on the unigram plateau).")
+flags.DEFINE_integer("iterations_per_loop", 50, "Steps per loop (one console line each).")
+flags.DEFINE_integer("seed", 12345, "Seed of data generation and training.")
+
+
+def _say(text):
+    print(f"\n==> {text}", flush=True)
+
+
+# TF's start-up and SavedModel-writing chatter: kept in the step's output, not echoed.
+_NOISE = re.compile(r"cuInit|cuda_platform|signature_serialization|functional_saver|builder_impl"
+                    r"|fingerprinting_utils|oneDNN custom operations|cpu_feature_guard"
+                    r"|rebuild TensorFlow with the appropriate compiler flags")
+
+
+def _shown(arg):
+    if arg == sys.executable:
+        return "python"
+    if os.path.isabs(arg) and arg.startswith(REPO + os.sep):
+        return os.path.relpath(arg, REPO)
+    return shlex.quote(arg)
+
+
+def _run(argv, log_path=None):
+    """Runs one step's command, echoing it; its output streams to the console (and a log)."""
+    print("$ " + " ".join(_shown(a) for a in argv), flush=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines = []
+    for line in proc.stdout:
+        if not _NOISE.search(line):
+            sys.stdout.write(line)
+        lines.append(line)
+    output = "".join(lines)
+    if log_path:
+        with open(log_path, "w", encoding="utf-8") as log:
+            log.write(output)
+    if proc.wait() != 0:
+        step = next((a for a in argv[1:] if not a.startswith("-")), argv[-1])
+        raise BertError(f"{_shown(step)}: step failed (exit {proc.returncode}); its output is "
+                        "above")
+    return output
+
+
+def _script(name):
+    return [sys.executable, os.path.join(REPO, name)]
+
+
+def _next_version(export_base, names):
+    """One version number for the three exports of this run: above every existing one."""
+    from bert_tf.export import serving
+    return max(serving.next_version(posixpath.join(export_base, n)) for n in names)
+
+
+def write_demo_config(base_config_file, vocab_file, path):
+    from bert_tf.config import BertConfig
+    from bert_tf.tokenization import vocab_tokens
+    cfg = BertConfig.from_json_file(base_config_file)
+    cfg.vocab_size = len(vocab_tokens(vocab_file))
+    cfg.to_json_file(path)
+    return cfg
+
+
+def parse_losses(train_log):
+    """Total loss of each training loop line (`step 50/300 loss=3.21 ...`) of run_pretraining.py."""
+    return [float(m) for m in re.findall(r"step \d+/\d+ loss=([0-9.]+)", train_log)]
+
+
+def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
+             do_lower_case=True, vocab_size=2000, bert_config_file=TINY_CONFIG,
+             max_seq_length=64, max_predictions_per_seq=10, dupe_factor=10, train_steps=300,
+             train_batch_size=32, learning_rate=5e-4, iterations_per_loop=50, seed=12345):
+    """Runs steps 1-6; returns a dict of paths and the per-loop training losses."""
+    start = time.time()
+    os.makedirs(output_dir, exist_ok=True)
+    output_dir = os.path.abspath(output_dir)
+    export_base = os.path.abspath(export_base)
+    lower = f"--do_lower_case={str(do_lower_case).lower()}"
+
+    if not vocab_file:
+        _say("1/6 learn a WordPiece vocab from the corpus")
+        vocab_file = os.path.join(output_dir, "vocab.txt")
+        _run([sys.executable, "-m", "bert_tf.vocab_builder", f"--input_file={input_file}",
+              f"--output_file={vocab_file}", f"--vocab_size={vocab_size}", lower])
+    else:
+        _say(f"1/6 use the given vocab {vocab_file}")
+    config_file = os.path.join(output_dir, "bert_config.json")
+    cfg = write_demo_config(bert_config_file, vocab_file, config_file)
+    print(f"model: L={cfg.num_hidden_layers} H={cfg.hidden_size} A={cfg.num_attention_heads} "
+          f"vocab={cfg.vocab_size} -> {config_file}")
+
+    _say("2/6 create_pretraining_data.py: text -> masked-LM/NSP TFRecords")
+    data_dir = os.path.join(output_dir, "tfrecords")
+    os.makedirs(data_dir, exist_ok=True)
+    shards = ",".join(os.path.join(data_dir, f"train-{i}-of-2.tfrecord") for i in range(2))
+    _run(_script("create_pretraining_data.py") + [
+        f"--input_file={input_file}", f"--output_file={shards}", f"--vocab_file={vocab_file}",
+        lower, f"--max_seq_length={max_seq_length}",
+        f"--max_predictions_per_seq={max_predictions_per_seq}", f"--dupe_factor={dupe_factor}",
+        f"--random_seed={seed}"])
+
+    names = [MODEL_NAME, f"{MODEL_NAME}_preprocessor", f"{MODEL_NAME}_encoder"]
+    version = _next_version(export_base, names)
+    fill_mask_dir, pre_dir, enc_dir = (posixpath.join(export_base, n, str(version)) for n in names)
+
+    _say("3/6 run_pretraining.py: masked-LM + NSP pre-training (exports the encoder at the end)")
+    train_dir = os.path.join(output_dir, "pretraining")
+    if os.path.isdir(train_dir):  # a fresh run each time, not a resume of the last demo
+        import shutil
+        shutil.rmtree(train_dir)
+    train_log = _run(_script("run_pretraining.py") + [
+        f"--bert_config_file={config_file}", f"--input_file={data_dir}/train-*.tfrecord",
+        f"--output_dir={train_dir}", "--do_train", "--do_eval",
+        f"--max_seq_length={max_seq_length}",
+        f"--max_predictions_per_seq={max_predictions_per_seq}",
+        f"--train_batch_size={train_batch_size}", "--eval_batch_size=32",
+        f"--learning_rate={learning_rate}", f"--num_train_steps={train_steps}",
+        f"--num_warmup_steps={max(1, train_steps // 10)}",
+        f"--save_checkpoints_steps={iterations_per_loop * 2}",
+        f"--iterations_per_loop={iterations_per_loop}", "--max_eval_steps=10",
+        f"--seed={seed}", f"--export_dir={enc_dir}"],
+        log_path=os.path.join(output_dir, "pretraining.log"))
+    losses = parse_losses(train_log)
+
+    _say("4/6 export_savedmodel.py: end-to-end fill-mask (text in) and the preprocessor")
+    _run(_script("export_savedmodel.py") + [
+        f"--bert_config_file={config_file}", f"--init_checkpoint={train_dir}",
+        f"--vocab_file={vocab_file}", lower, "--kind=end_to_end", "--task=fill_mask",
+        "--top_k=5", f"--export_base={export_base}", f"--model_name={MODEL_NAME}",
+        f"--version={version}"])
+    _run(_script("export_savedmodel.py") + [f"--vocab_file={vocab_file}", lower,
+                                            "--kind=preprocessor", f"--export_dir={pre_dir}"])
+
+    _say("5/6 a fresh process loads the exports with plain Keras (no bert_tf import)")
+    predict_out = _run([sys.executable, os.path.join(REPO, "bert_tf", "demo_predict.py"),
+                        f"--fill_mask_dir={fill_mask_dir}", f"--preprocessor_dir={pre_dir}",
+                        f"--encoder_dir={enc_dir}", "--fill_mask_text=" + "|".join(DEMO_SENTENCES),
+                        "--embed_text=" + "|".join(EMBED_SENTENCES), "--json"])
+
+    _say("6/6 serve it with stock TF Serving")
+    print(serving_instructions(export_base, MODEL_NAME))
+    print(f"\ndemo finished in {time.time() - start:.0f} s; losses per loop: "
+          + ", ".join(f"{x:.3f}" for x in losses))
+    predictions = json.loads(predict_out.strip().splitlines()[-1])
+    return {"vocab_file": vocab_file, "config_file": config_file, "train_dir": train_dir,
+            "fill_mask_dir": fill_mask_dir, "preprocessor_dir": pre_dir, "encoder_dir": enc_dir,
+            "losses": losses, "predictions": predictions}
+
+
+def serving_instructions(export_base, model_name):
+    body = json.dumps({"instances": [DEMO_SENTENCES[0]]})
+    return f"""# with the stock docker image (REST on 8501, gRPC on 8500):
+docker run --rm -p 8500:8500 -p 8501:8501 \\
+  -v {export_base}/{model_name}:/models/{model_name} -e MODEL_NAME={model_name} \\
+  tensorflow/serving:2.20.0
+# or with the binary:
+tensorflow_model_server --port=8500 --rest_api_port=8501 \\
+  --model_name={model_name} --model_base_path={export_base}/{model_name}
+# then:
+curl -s -X POST http://localhost:8501/v1/models/{model_name}:predict \\
+  -d '{body}'"""
+
+
+def main(argv):
+    del argv
+    try:
+        run_demo(FLAGS.output_dir, FLAGS.export_base, FLAGS.input_file, FLAGS.vocab_file,
+                 FLAGS.do_lower_case, FLAGS.vocab_size, FLAGS.bert_config_file,
+                 FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.dupe_factor,
+                 FLAGS.train_steps, FLAGS.train_batch_size, FLAGS.learning_rate,
+                 FLAGS.iterations_per_loop, FLAGS.seed)
+    except BertError as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,66 @@
+"""The demo pipeline end to end (what `make demo` runs), with fewer steps."""
+import os
+
+import pytest
+
+from bert_tf import demo
+from bert_tf.tokenization import vocab_tokens
+
+
+def test_parse_losses_reads_only_training_loop_lines():
+    log = ("I1123 training.py:365] step 50/300 loss=6.9523 mlm_loss=6.2612 lr=0.0008\n"
+           "I1123 training.py:415] eval at step 300: loss=6.6130 masked_lm_accuracy=0.07\n"
+           "step 100/300 loss=5.5 mlm_loss=5.0\n")
+    assert demo.parse_losses(log) == [6.9523, 5.5]
+
+
+def test_serving_instructions_name_the_model_and_a_rest_body():
+    text = demo.serving_instructions("/srv/export", "bert_demo")
+    assert "-v /srv/export/bert_demo:/models/bert_demo -e MODEL_NAME=bert_demo" in text
+    assert "--model_base_path=/srv/export/bert_demo" in text
+    assert "http://localhost:8501/v1/models/bert_demo:predict" in text
+    assert '{"instances": ["the keeper trimmed the [MASK] at dusk ."]}' in text
+
+
+def test_failed_step_is_one_line_error(tmp_path):
+    with pytest.raises(demo.BertError, match=r"^bert_tf.vocab_builder: step failed \(exit 1\)"):
+        demo.run_demo(str(tmp_path / "out"), str(tmp_path / "export"),
+                      input_file=str(tmp_path / "missing.txt"))
+
+
+def test_demo_end_to_end(tmp_path, capsys):
+    export_base = str(tmp_path / "export")
+    result = demo.run_demo(str(tmp_path / "out"), export_base, train_steps=60,
+                           iterations_per_loop=20, dupe_factor=3)
+    printed = capsys.readouterr().out
+
+    # Pre-training: one loss per loop, falling clearly (first loop starts near ln(V) + ln 2).
+    losses = result["losses"]
+    assert len(losses) == 3, printed
+    assert losses[-1] < losses[0] - 0.3, losses
+
+    # Exports in the TF Serving layout, one version for all three, with warm-up requests.
+    for name in ("bert_demo", "bert_demo_preprocessor", "bert_demo_encoder"):
+        assert os.listdir(os.path.join(export_base, name)) == ["1"]
+        assert os.path.exists(os.path.join(export_base, name, "1", "saved_model.pb"))
+    assert os.path.getsize(os.path.join(result["fill_mask_dir"], "assets.extra",
+                                        "tf_serving_warmup_requests")) > 0
+
+    # The fresh Keras process: k tokens per [MASK], probabilities in order, summing to <= 1.
+    vocab = set(vocab_tokens(result["vocab_file"]))
+    fill = result["predictions"]["fill_mask"]
+    assert [f["text"] for f in fill] == demo.DEMO_SENTENCES
+    for f in fill:
+        assert len(f["masks"]) == 1
+        tokens, scores = f["masks"][0]["tokens"], f["masks"][0]["scores"]
+        assert len(tokens) == len(scores) == 5
+        assert set(tokens) <= vocab and "[MASK]" not in tokens
+        assert all(s >= 0 for s in scores) and scores == sorted(scores, reverse=True)
+        assert sum(scores) <= 1 + 1e-6
+    emb = result["predictions"]["embeddings"]
+    assert emb["shape"] == [3, 128]
+    assert all(abs(emb["cosine"][i][i] - 1) < 1e-3 for i in range(3))
+
+    # What step 6 prints: how to serve this very export.
+    assert f"--model_base_path={export_base}/bert_demo" in printed
+    assert "fill-mask (top 5 per [MASK]):" in printed
