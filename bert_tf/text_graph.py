@@ -327,9 +327,10 @@ def _flatten_segment(seg):
     return tf.cast(seg.with_row_splits_dtype(tf.int64), tf.int32)
 
 
-def _keep_first(seg, lengths):
-    positions = tf.ragged.range(tf.cast(seg.row_lengths(), tf.int32))
-    return tf.ragged.boolean_mask(seg, positions < tf.expand_dims(lengths, 1))
+def _gather_cols(dense, cols):
+    """dense[b, cols[b, j]], with cols clipped (out-of-range columns are masked later)."""
+    cols = tf.clip_by_value(cols, 0, tf.shape(dense)[1] - 1)
+    return tf.gather(dense, cols, batch_dims=1)
 
 
 @_no_autograph
@@ -338,48 +339,48 @@ def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
 
     segments: list of 1 or 2 RaggedTensors [batch, (words), (pieces)] or [batch, (pieces)].
     Single segment: cut to seq_length - 2. Pair: cut to seq_length - 3 in total with the
-    original's _truncate_seq_pair (pop from the end of the longer, ties pop from b). As in the
-    original's convert_single_example, a row whose b is empty is packed as a single segment
-    ([CLS] a [SEP], budget seq_length - 2, no second [SEP]); TF Hub's bert_pack_inputs would
-    add an empty b's [SEP] instead. Returns input_word_ids, input_mask, input_type_ids.
+    original's _truncate_seq_pair (pop from the end of the longer, ties pop from b).
+    Empty b: the original's convert_single_example tests `if tokens_b:` (a list), so a b that
+    tokenizes to nothing ("", " ", "\x00") gives [CLS] a [SEP] with the single-segment budget
+    seq_length - 2 and no second [SEP]; so does this, per row. (TF Hub's bert_pack_inputs would
+    add an empty b's [SEP] instead.) Returns input_word_ids, input_mask, input_type_ids.
+
+    Built from dense gathers/selects (no ragged masking): cheap to trace and serving-safe.
     """
     if not 1 <= len(segments) <= 2:
         raise BertError(f"pack_inputs: expected 1 or 2 segments, got {len(segments)}")
     if seq_length < len(segments) + 1:
         raise BertError(f"pack_inputs: seq_length {seq_length} leaves no room for [CLS]/[SEP]")
     segs = [_flatten_segment(s) for s in segments]
-    batch = segs[0].nrows(out_type=tf.int32)
     lens = [tf.cast(s.row_lengths(), tf.int32) for s in segs]
+    batch = segs[0].nrows(out_type=tf.int32)
     single_len = tf.minimum(lens[0], seq_length - 2)
     if len(segs) == 1:
-        new_lens = [single_len]
-        has_b = None
+        len_a, len_b, has_b = single_len, tf.zeros_like(single_len), tf.zeros_like(single_len)
     else:
-        has_b = lens[1] > 0
-        pair_a, pair_b = _truncated_lengths(lens[0], lens[1], seq_length - 3)
-        new_lens = [tf.where(has_b, pair_a, single_len), pair_b]
-    segs = [_keep_first(s, n) for s, n in zip(segs, new_lens)]
-
-    def column(value, rows=None):
-        if rows is None:
-            return tf.RaggedTensor.from_tensor(tf.fill([batch, 1], tf.constant(value, tf.int32)))
-        lengths = tf.cast(rows, tf.int64)
-        return tf.RaggedTensor.from_row_lengths(
-            tf.fill([tf.reduce_sum(lengths)], tf.constant(value, tf.int32)), lengths)
-
-    parts = [column(cls_id), segs[0], column(sep_id)]
-    types = [column(0), tf.zeros_like(segs[0]), column(0)]
-    if has_b is not None:
-        parts += [segs[1], column(sep_id, has_b)]
-        types += [tf.ones_like(segs[1]), column(1, has_b)]
-    ids = tf.concat(parts, axis=1)
-    type_ids = tf.concat(types, axis=1)
-    shape = [None, seq_length]
-    return {
-        "input_word_ids": ids.to_tensor(default_value=pad_id, shape=shape),
-        "input_mask": tf.ones_like(ids).to_tensor(default_value=0, shape=shape),
-        "input_type_ids": type_ids.to_tensor(default_value=0, shape=shape),
-    }
+        has_b_row = lens[1] > 0
+        pair_a, len_b = _truncated_lengths(lens[0], lens[1], seq_length - 3)
+        len_a = tf.where(has_b_row, pair_a, single_len)
+        has_b = tf.cast(has_b_row, tf.int32)
+    # Segments as dense [batch, seq_length + 1]: never longer than what can be packed, plus
+    # one column so that gathers from empty rows/batches stay in range.
+    dense = [tf.pad(s.to_tensor(default_value=0, shape=[None, seq_length]), [[0, 0], [0, 1]])
+             for s in segs]
+    pos = tf.broadcast_to(tf.range(seq_length, dtype=tf.int32)[tf.newaxis], [batch, seq_length])
+    la, lb, hb = (tf.expand_dims(t, 1) for t in (len_a, len_b, has_b))
+    b_start = la + 2  # position of b's first piece
+    total = b_start + hb * (lb + 1)  # [CLS] a [SEP] (b [SEP])
+    ids = tf.fill([batch, seq_length], tf.constant(pad_id, tf.int32))
+    if len(segs) == 2:
+        ids = tf.where(pos < total, sep_id, ids)  # b's [SEP] (b itself overwritten next)
+        ids = tf.where((pos >= b_start) & (pos < b_start + lb),
+                       _gather_cols(dense[1], pos - b_start), ids)
+    ids = tf.where(pos == la + 1, sep_id, ids)
+    ids = tf.where((pos >= 1) & (pos <= la), _gather_cols(dense[0], pos - 1), ids)
+    ids = tf.where(pos == 0, cls_id, ids)
+    mask = tf.cast(pos < total, tf.int32)
+    type_ids = tf.cast((pos >= b_start) & (pos < total), tf.int32)
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ character seen, its `##` continuation, then pieces learned by greedy pair mergin
 frequent adjacent pair of pieces, weighted by word counts, ties broken by the pair's text),
 until the budget is spent or no pair occurs `min_frequency` times. Deterministic.
 
-    python -m bert_tf.vocab_builder --input_file a.txt,b*.txt --output_file vocab.txt \
-        --vocab_size 4000 [--nodo_lower_case]
+    python -m bert_tf.vocab_builder --input a.txt,b*.txt --output vocab.txt --vocab_size 4000
+        [--nodo_lower_case] [--min_frequency 2]    (--input/--output: aliases of
+        --input_file/--output_file)
 """
 import collections
 import heapq
@@ -197,29 +198,47 @@ def learn_vocab(input_files, output_file, vocab_size=8000, do_lower_case=True,
     return tokens
 
 
-def main(argv):
-    del argv
+def _flag_values():
+    """The CLI's flags in their own FlagValues, so main() can be called in-process (tests)."""
     from absl import flags
-    f = flags.FLAGS
+    fv = flags.FlagValues()
+    flags.DEFINE_string("input_file", None, "Comma-separated globs of text files, one sentence "
+                        "a line.", flag_values=fv)
+    flags.DEFINE_string("output_file", None, "Where to write vocab.txt.", flag_values=fv)
+    flags.DEFINE_integer("vocab_size", 8000, "Maximum number of tokens, reserved ones included.",
+                         flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased model).",
+                      flag_values=fv)
+    flags.DEFINE_integer("min_frequency", 2, "Stop merging pairs seen fewer times than this.",
+                         flag_values=fv)
+    flags.DEFINE_alias("input", "input_file", flag_values=fv)
+    flags.DEFINE_alias("output", "output_file", flag_values=fv)
+    return fv
+
+
+def main(argv=None):
+    """CLI entry: exits with `error: ...` (no traceback) on bad flags or input."""
+    from absl import flags
+    fv = _flag_values()
+    argv = sys.argv if argv is None else argv
+    if any(a in ("-h", "--help", "-help", "--helpfull", "--helpshort") for a in argv[1:]):
+        print(__doc__.strip() + "\n\nflags:\n" + fv.get_help())
+        return 0
     try:
-        tokens = learn_vocab(f.input_file, f.output_file, vocab_size=f.vocab_size,
-                             do_lower_case=f.do_lower_case, min_frequency=f.min_frequency)
+        fv(argv)
+    except flags.Error as e:
+        sys.exit(f"error: {e}")
+    for name in ("input_file", "output_file"):
+        if not fv[name].value:
+            sys.exit(f"error: --{name}: required")
+    try:
+        tokens = learn_vocab(fv.input_file, fv.output_file, vocab_size=fv.vocab_size,
+                             do_lower_case=fv.do_lower_case, min_frequency=fv.min_frequency)
     except BertError as e:
         sys.exit(f"error: {e}")
-    print(f"wrote {len(tokens)} tokens to {f.output_file}")
-
-
-def _define_flags():
-    from absl import flags
-    flags.DEFINE_string("input_file", None, "Comma-separated globs of text files, one sentence a line.")
-    flags.DEFINE_string("output_file", None, "Where to write vocab.txt.")
-    flags.DEFINE_integer("vocab_size", 8000, "Maximum number of tokens, reserved ones included.")
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased model).")
-    flags.DEFINE_integer("min_frequency", 2, "Stop merging pairs seen fewer times than this.")
-    flags.mark_flags_as_required(["input_file", "output_file"])
+    print(f"wrote {len(tokens)} tokens to {fv.output_file}")
+    return 0
 
 
 if __name__ == "__main__":
-    from absl import app
-    _define_flags()
-    app.run(main)
+    main()

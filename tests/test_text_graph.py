@@ -60,8 +60,18 @@ def py_ids_by_word(tok, text):
             for w in tok.basic_tokenizer.tokenize(text)]
 
 
+_TRACED = {}  # id(tokenizer) -> (tokenizer, tf.function): trace once per tokenizer, not per call
+
+
+def traced_tokenize(tg):
+    if id(tg) not in _TRACED:
+        _TRACED[id(tg)] = (tg, tf.function(tg.tokenize,
+                                           input_signature=[tf.TensorSpec([None], tf.string)]))
+    return _TRACED[id(tg)][1]
+
+
 def graph_ids_by_word(tg, texts):
-    return to_lists(tf.function(tg.tokenize)(tf.constant(texts)))
+    return to_lists(traced_tokenize(tg)(tf.constant(texts)))
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["uncased", "cased"])
@@ -83,8 +93,18 @@ def tokenizers(request, tmp_path_factory):
 def test_sample_text_ids_match_python(tokenizers):
     lower, py, tg = tokenizers
     lines = sample_lines()
+    # The fixture is a real multi-paragraph text with what breaks naive tokenizers in it.
+    text = "\n".join(lines)
+    for needle in ("\u201c", "\u2014", "\u2013", "Zoë", "É", "ﬁ", "Straße", "İzmir", "ΟΔΥΣΣΕΥΣ",
+                   "灯台守", "ありがとう", "등대", "🙂", "👍🏽", "\u200d", "\u200b", "\u00ad", "\x1b",
+                   "\x07", "\x0c", "\ufffd", "\u2028", "\u00a0", "\u3000", "\t", "ＷＥＬＣＯＭＥ"):
+        assert needle in text, needle
     got = graph_ids_by_word(tg, lines)
     assert got == [py_ids_by_word(py, line) for line in lines]
+    # Whole-text ids equal FullTokenizer.tokenize + convert_tokens_to_ids, paragraph by paragraph.
+    paragraphs = text.split("\n\n")
+    flat = traced_tokenize(tg)(tf.constant(paragraphs)).merge_dims(1, 2)
+    assert to_lists(flat) == [py.convert_tokens_to_ids(py.tokenize(p)) for p in paragraphs]
     # The fixture really exercises WordPiece: multi-piece words and [UNK]s.
     flat_words = [w for row in got for w in row]
     assert sum(len(w) > 1 for w in flat_words) > 200
@@ -139,6 +159,34 @@ def test_shapes_and_special_ids(tokenizers):
     assert to_lists(tg.tokenize(tf.constant("Hello"))) == [py_ids_by_word(py, "Hello")]
 
 
+REF_VOCAB = ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing", ",",
+             "[MASK]"]
+
+
+def test_reference_vectors_in_graph(tmp_path):
+    """REFERENCE.md's tokenizer vectors (ids 0..10; [MASK] appended as id 11)."""
+    path = tmp_path / "vocab.txt"
+    path.write_text("".join(t + "\n" for t in REF_VOCAB), encoding="utf-8")
+    lower = text_graph.BertTextTokenizer(str(path), do_lower_case=True)
+    cased = text_graph.BertTextTokenizer(str(path), do_lower_case=False)
+
+    def ids(tg, text):
+        return tg.tokenize(tf.constant([text])).merge_dims(1, 2).to_list()[0]
+
+    def words(tg, text):
+        return [w.decode("utf-8") for w in tg.basic_tokenize(tf.constant([text])).flat_values.numpy()]
+
+    assert ids(lower, "UNwant\u00E9d,running") == [7, 4, 5, 10, 8, 9]
+    assert ids(lower, "unwantedX running") == [0, 8, 9]
+    assert ids(lower, "") == [] and ids(cased, "") == []
+    assert words(lower, "ah\u535A\u63A8zz") == ["ah", "\u535A", "\u63A8", "zz"]
+    assert words(lower, " \tHeLLo!how  \n Are yoU?  ") == ["hello", "!", "how", "are", "you", "?"]
+    assert words(cased, " \tHeLLo!how  \n Are yoU?  ") == ["HeLLo", "!", "how", "Are", "yoU", "?"]
+    assert words(lower, "H\u00E9llo") == ["hello"]
+    assert words(cased, "H\u00E9llo") == ["H\u00E9llo"]
+    assert lower.unk_id == 0 and (lower.cls_id, lower.sep_id, lower.mask_id) == (1, 2, 11)
+
+
 def test_non_canonical_vocab_file(tmp_path):
     # CRLF, a trailing space, an empty line and a duplicate (later wins): TextFileInitializer
     # alone would read these differently from load_vocab (or refuse them).
@@ -155,9 +203,14 @@ def test_non_canonical_vocab_file(tmp_path):
     assert tg.vocab_size == 11
 
 
-def test_missing_vocab_raises_bert_error(tmp_path):
+def test_bad_vocab_raises_bert_error(tmp_path):
     with pytest.raises(bert_tf.BertError, match="vocab file not found"):
         text_graph.BertTextTokenizer(str(tmp_path / "none.txt"))
+    path = tmp_path / "v.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[MASK]\nx\n", encoding="utf-8")
+    with pytest.raises(bert_tf.BertError) as e:
+        text_graph.BertTextTokenizer(str(path))
+    assert str(e.value) == f"{path}: vocab is missing required token(s) [SEP]"
 
 
 @pytest.mark.slow
@@ -293,18 +346,33 @@ def test_pack_errors():
         text_graph.pack_inputs([seg, seg], 2, 1, 2)
 
 
-def test_tokenize_and_pack_in_tf_function_matches_python(tokenizers):
+@pytest.fixture(scope="module")
+def pair_fn(tokenizers):
+    """tokenize + pack of a sentence pair at seq 16 as one tf.function (traced once)."""
     lower, py, tg = tokenizers
-    a = ["The old lighthouse at Port Ellery had stood on its granite shelf for 147 years.", "",
-         "Zoë"]
-    b = ["“Nothing happens here,” she told the visitors.", "Why?", ""]
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
     def fn(x, y):
         return text_graph.pack_inputs([tg.tokenize(x), tg.tokenize(y)], 16, tg.cls_id, tg.sep_id)
+    return fn
+
+
+def test_tokenize_and_pack_in_tf_function_matches_python(tokenizers, pair_fn):
+    lower, py, tg = tokenizers
+    fn = pair_fn
+    # Row 2: b == "" and row 3: b is not empty but tokenizes to nothing (space, BEL, ZWSP).
+    # The original (`if tokens_b:`) packs both as a single segment, like an absent b.
+    a = ["The old lighthouse at Port Ellery had stood on its granite shelf for 147 years.", "",
+         "Zoë", "Zoë kept a logbook in which she wrote every evening, all 212 of them."]
+    b = ["“Nothing happens here,” she told the visitors.", "Why?", "", " \x07\u200b "]
 
     out = {k: v.numpy().tolist() for k, v in fn(tf.constant(a), tf.constant(b)).items()}
-    for i in range(3):
+    assert py.tokenize(b[3]) == []
+    a3 = py.convert_tokens_to_ids(py.tokenize(a[3]))
+    assert len(a3) > 14  # single-segment budget: 14 pieces of a, one [SEP], no type-1 tokens
+    assert out["input_word_ids"][3] == [tg.cls_id] + a3[:14] + [tg.sep_id]
+    assert out["input_type_ids"][3] == [0] * 16 and out["input_mask"][3] == [1] * 16
+    for i in range(4):
         want = py_pack(py.convert_tokens_to_ids(py.tokenize(a[i])),
                        py.convert_tokens_to_ids(py.tokenize(b[i])), 16, tg.cls_id, tg.sep_id)
         assert (out["input_word_ids"][i], out["input_mask"][i], out["input_type_ids"][i]) == want
@@ -356,14 +424,9 @@ def test_preprocessing_layer_config_and_functional_model(tokenizers):
 # ---------------------------------------------------------------------------------------------
 # TF Serving op safety
 
-def test_tokenize_and_pack_use_only_serving_safe_ops(tokenizers):
+def test_tokenize_and_pack_use_only_serving_safe_ops(tokenizers, pair_fn):
     lower, py, tg = tokenizers
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)] * 2)
-    def fn(x, y):
-        return text_graph.pack_inputs([tg.tokenize(x), tg.tokenize(y)], 128, tg.cls_id, tg.sep_id)
-
-    ops = serving_ops.ops_in_concrete_function(fn.get_concrete_function())
+    ops = serving_ops.ops_in_concrete_function(pair_fn.get_concrete_function())
     serving_ops.check_serving_safe(ops)
     assert {"RegexSplitWithOffsets", "WordpieceTokenizeWithOffsets", "LookupTableFindV2",
             "StaticRegexReplace"} <= ops

@@ -35,6 +35,9 @@ def test_reference_full_tokenizer(ref_tokenizer):
     tokens = ref_tokenizer.tokenize("UNwant\u00E9d,running")
     assert tokens == ["un", "##want", "##ed", ",", "runn", "##ing"]
     assert ref_tokenizer.convert_tokens_to_ids(tokens) == [7, 4, 5, 10, 8, 9]
+    assert ref_tokenizer.tokenize("unwantedX running") == ["[UNK]", "runn", "##ing"]
+    assert ref_tokenizer.convert_tokens_to_ids(ref_tokenizer.tokenize("unwantedX running")) == [
+        0, 8, 9]
 
 
 def test_reference_full_tokenizer_with_mask_appended(tmp_path):
