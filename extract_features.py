@@ -2,7 +2,7 @@
 
 Input: one text per line, or "text_a ||| text_b". Logic: bert_tf.tasks.features.
 """
-from absl import app, flags, logging
+from absl import flags
 
 import bert_tf  # noqa: F401  (sets the Keras backend)
 from bert_tf.tasks import cli
@@ -34,6 +34,5 @@ def _report(result):
 
 
 if __name__ == "__main__":
-    logging.set_verbosity(logging.INFO)
     from bert_tf.tasks import features
-    app.run(cli.main_for(features.run, features.FeatureConfig, _report))
+    cli.run_script(features.run, features.FeatureConfig, _report)

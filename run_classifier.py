@@ -3,7 +3,7 @@
 Logic: bert_tf.tasks.classifier. Original flags and defaults, plus --tfds_name and the TF2
 additions (--strategy, --mixed_precision, --optimizer, --export_dir, ...).
 """
-from absl import app, flags, logging
+from absl import flags
 
 import bert_tf  # noqa: F401  (sets the Keras backend)
 from bert_tf.tasks import cli
@@ -46,6 +46,5 @@ cli.define_tf2_flags()
 
 
 if __name__ == "__main__":
-    logging.set_verbosity(logging.INFO)
     from bert_tf.tasks import classifier
-    app.run(cli.main_for(classifier.run, classifier.ClassifierConfig, cli.print_eval))
+    cli.run_script(classifier.run, classifier.ClassifierConfig, cli.print_eval)

@@ -3,7 +3,7 @@
 Logic: bert_tf.tasks.ner. Flags follow run_classifier's; entity-level P/R/F1 (conlleval rules)
 go to eval_results.txt, predictions to eval_predictions.txt / test_predictions.txt.
 """
-from absl import app, flags, logging
+from absl import flags
 
 import bert_tf  # noqa: F401  (sets the Keras backend)
 from bert_tf.tasks import cli
@@ -42,6 +42,5 @@ cli.define_tf2_flags()
 
 
 if __name__ == "__main__":
-    logging.set_verbosity(logging.INFO)
     from bert_tf.tasks import ner
-    app.run(cli.main_for(ner.run, ner.NerConfig, cli.print_eval))
+    cli.run_script(ner.run, ner.NerConfig, cli.print_eval)

@@ -3,7 +3,7 @@ null_odds.json; and eval_results.txt when the predict file has answers).
 
 Logic: bert_tf.tasks.squad. Original flags and defaults plus the TF2 additions.
 """
-from absl import app, flags, logging
+from absl import flags
 
 import bert_tf  # noqa: F401  (sets the Keras backend)
 from bert_tf.tasks import cli
@@ -56,6 +56,5 @@ def _report(result):
 
 
 if __name__ == "__main__":
-    logging.set_verbosity(logging.INFO)
     from bert_tf.tasks import squad
-    app.run(cli.main_for(squad.run, squad.SquadConfig, _report))
+    cli.run_script(squad.run, squad.SquadConfig, _report)

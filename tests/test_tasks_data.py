@@ -28,10 +28,11 @@ def _write(path, lines):
         f.write("\n".join("\t".join(row) for row in lines) + "\n")
 
 
-# (task, file, rows, expected (guid, text_a, text_b, label) of the last example)
+# (task, file, rows, expected (guid, text_a, text_b, label) of the last example). Without an
+# id column the guid is the 0-based row index counting the header, as the original's.
 GLUE_CASES = [
     ("cola", "train.tsv", [["gj04", "1", "", "The boy ran."], ["gj04", "0", "*", "Ran boy."]],
-     ("train-2", "Ran boy.", None, "0")),
+     ("train-1", "Ran boy.", None, "0")),
     ("cola", "test.tsv", [["index", "sentence"], ["7", "Bill whistled."]],
      ("test-7", "Bill whistled.", None, "0")),
     ("mnli", "train.tsv",
@@ -54,12 +55,12 @@ GLUE_CASES = [
      ("dev-4", "S1.", "S2.", "neutral")),
     ("mrpc", "train.tsv", [["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
                            ["1", "702876", "702977", "He said.", "He stated."]],
-     ("train-2", "He said.", "He stated.", "1")),
+     ("train-1", "He said.", "He stated.", "1")),
     ("mrpc", "test.tsv", [["index", "#1 ID", "#2 ID", "#1 String", "#2 String"],
                           ["0", "1089874", "1089925", "A.", "B."]],
-     ("test-2", "A.", "B.", "0")),
+     ("test-1", "A.", "B.", "0")),
     ("sst-2", "train.tsv", [["sentence", "label"], ["a gripping movie", "1"]],
-     ("train-2", "a gripping movie", None, "1")),
+     ("train-1", "a gripping movie", None, "1")),
     ("sst-2", "test.tsv", [["index", "sentence"], ["0", "dull"]], ("test-0", "dull", None, "0")),
     ("qnli", "dev.tsv", [["index", "question", "sentence", "label"],
                          ["0", "What?", "This.", "not_entailment"]],
@@ -83,14 +84,49 @@ GLUE_CASES = [
     ("wnli", "train.tsv", [["index", "sentence1", "sentence2", "label"],
                            ["0", "I stuck a pin.", "I stuck it.", "1"]],
      ("train-0", "I stuck a pin.", "I stuck it.", "1")),
+    # the remaining split files of each task
+    ("cola", "dev.tsv", [["gj04", "1", "", "Fine."]], ("dev-0", "Fine.", None, "1")),
+    ("mnli_mismatched", "test_mismatched.tsv",
+     [["index"] + ["h"] * 9, ["8", "1", "1e", "gov", "x", "x", "x", "x", "T1.", "T2."]],
+     ("test-8", "T1.", "T2.", "contradiction")),
+    ("mrpc", "dev.tsv", [["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+                         ["0", "1", "2", "x y", "z"], ["1", "3", "4", "It's \"ok\".", "Fine"]],
+     ("dev-2", "It's \"ok\".", "Fine", "1")),  # quotes are text (no CSV quoting)
+    ("sst-2", "dev.tsv", [["sentence", "label"], ["flat , dull ", "0"]],
+     ("dev-1", "flat , dull ", None, "0")),
+    ("qnli", "train.tsv", [["index", "question", "sentence", "label"],
+                           ["2", "Who?", "Him.", "entailment"]],
+     ("train-2", "Who?", "Him.", "entailment")),
+    ("qnli", "test.tsv", [["index", "question", "sentence"], ["4", "Q?", "S."]],
+     ("test-4", "Q?", "S.", "entailment")),
+    ("qqp", "dev.tsv", [["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+                        ["11", "5", "6", "A?", "B?", "1"]],
+     ("dev-11", "A?", "B?", "1")),
+    ("rte", "dev.tsv", [["index", "sentence1", "sentence2", "label"],
+                        ["3", "S1.", "S2.", "not_entailment"]],
+     ("dev-3", "S1.", "S2.", "not_entailment")),
+    ("rte", "test.tsv", [["index", "sentence1", "sentence2"], ["6", "S1.", "S2."]],
+     ("test-6", "S1.", "S2.", "entailment")),
+    ("sts-b", "dev.tsv", [["index"] + ["h"] * 9,
+                          ["1", "main", "f", "2012", "1", "n", "n", "A.", "B.", "0.000"]],
+     ("dev-1", "A.", "B.", 0.0)),
+    ("wnli", "dev.tsv", [["index", "sentence1", "sentence2", "label"], ["1", "A.", "B.", "0"]],
+     ("dev-1", "A.", "B.", "0")),
+    ("wnli", "test.tsv", [["index", "sentence1", "sentence2"], ["2", "A.", "B."]],
+     ("test-2", "A.", "B.", "0")),
+    ("xnli", "xnli.test.tsv",
+     [["language", "gold_label", "b1", "b2", "p1", "p2", "sentence1", "sentence2"],
+      ["de", "neutral", "x", "x", "x", "x", "Deutsch", "Satz"],
+      ["zh", "entailment", "x", "x", "x", "x", "你好", "好"]],
+     ("test-2", "你好", "好", "entailment")),
     ("xnli", "multinli/multinli.train.zh.tsv", [["premise", "hypo", "label"],
                                                 ["前提", "假设", "contradictory"]],
-     ("train-2", "前提", "假设", "contradiction")),
+     ("train-1", "前提", "假设", "contradiction")),
     ("xnli", "xnli.dev.tsv",
      [["language", "gold_label", "b1", "b2", "p1", "p2", "sentence1", "sentence2"],
       ["zh", "neutral", "x", "x", "x", "x", "中文", "句子"],
       ["en", "neutral", "x", "x", "x", "x", "English", "sentence"]],
-     ("dev-2", "中文", "句子", "neutral")),
+     ("dev-1", "中文", "句子", "neutral")),
 ]
 
 
@@ -161,6 +197,17 @@ def test_features_exact_ids(ref_tokenizer):
     assert f["input_word_ids"][0].tolist() == [1, 7, 4, 5, 2, 7, 8, 9, 2]
     with pytest.raises(BertError, match=r"example b: label '0' is not one of 1"):
         cd.convert_examples_to_features(examples, ["1"], 12, ref_tokenizer)
+
+
+def test_empty_second_segment_packs_like_no_second_segment(ref_tokenizer):
+    # The original checks `if tokens_b:`: "" (or text that tokenizes to nothing) gives
+    # [CLS] a [SEP] with a budget of max_seq_length - 2, as the exported preprocessor does.
+    examples = [cd.InputExample(g, "UNwant\u00e9d,running", b, "0")
+                for g, b in (("none", None), ("empty", ""), ("blank", " \x07 "))]
+    f = cd.convert_examples_to_features(examples, ["0"], 8, ref_tokenizer)
+    for row in range(3):
+        assert f["input_word_ids"][row].tolist() == [1, 7, 4, 5, 10, 8, 9, 2]
+        assert f["input_type_ids"][row].tolist() == [0] * 8
 
 
 def test_regression_features(ref_tokenizer):

@@ -23,8 +23,7 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + [w.capitalize()
 
 
 def _run(args, check=True, timeout=300):
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable] + args, cwd=ROOT, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable] + args, cwd=ROOT, env=_env(), capture_output=True,
                           text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args[0]} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -61,6 +60,10 @@ def _pairs_tsv(path, n, rng):
     return [r.split("\t")[3:5] for r in rows[1:]]
 
 
+def _env():
+    return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+
+
 def test_tf1_checkpoint_finetune_export_fresh_process(tmp_path, tf1_model):
     from bert_tf import checkpoints
     from bert_tf.config import BertConfig
@@ -71,14 +74,39 @@ def test_tf1_checkpoint_finetune_export_fresh_process(tmp_path, tf1_model):
     _pairs_tsv(data / "train.tsv", 32, rng)
     test_pairs = _pairs_tsv(data / "test.tsv", 6, rng)
     out = tmp_path / "out"
-    proc = _run(["run_classifier.py", "--task_name=mrpc", f"--data_dir={data}",
-                 f"--vocab_file={tf1_model['vocab']}",
-                 f"--bert_config_file={tf1_model['config']}",
-                 f"--init_checkpoint={tf1_model['ckpt']}", f"--output_dir={out}",
-                 "--do_train", "--do_predict", "--max_seq_length=16", "--train_batch_size=8",
-                 "--learning_rate=1e-4", "--num_train_steps=3", "--seed=5", "--noprogress",
-                 "--strategy=one_device"])
-    assert f"exported to {out}/export" in proc.stdout
+    # The serving process has nothing but TensorFlow (+ tf_text ops). It starts now and
+    # imports TensorFlow while the script trains; it reads the export path from stdin once
+    # the script has finished.
+    script = textwrap.dedent(f"""
+        import json, sys
+        import tensorflow as tf, tensorflow_text  # noqa: F401  (registers the text ops)
+        m = tf.saved_model.load(sys.stdin.readline().strip())
+        pairs = {test_pairs!r}
+        out = m.signatures["serving_pairs"](text=tf.constant([p[0] for p in pairs]),
+                                            text_b=tf.constant([p[1] for p in pairs]))
+        print(json.dumps({{"probabilities": out["probabilities"].numpy().tolist(),
+                           "label": [x.decode() for x in out["label"].numpy()],
+                           "bert_tf": any(k.startswith("bert_tf") for k in sys.modules)}}))
+    """)
+    server = subprocess.Popen([sys.executable, "-c", script], cwd=str(tmp_path), env=_env(),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        proc = _run(["run_classifier.py", "--task_name=mrpc", f"--data_dir={data}",
+                     f"--vocab_file={tf1_model['vocab']}",
+                     f"--bert_config_file={tf1_model['config']}",
+                     f"--init_checkpoint={tf1_model['ckpt']}", f"--output_dir={out}",
+                     "--do_train", "--do_predict", "--max_seq_length=16",
+                     "--train_batch_size=8", "--learning_rate=1e-4", "--num_train_steps=3",
+                     "--seed=5", "--noprogress", "--strategy=one_device"])
+        assert f"exported to {out}/export" in proc.stdout
+        stdout, stderr = server.communicate(f"{out / 'export'}\n", timeout=300)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    assert server.returncode == 0, stderr[-3000:]
+    got = json.loads(stdout.strip().splitlines()[-1])
     # Training started from the TF1 weights: 3 small steps move them by ~1e-3 at most, while
     # a fresh initialisation would differ by ~0.02 everywhere.
     model = build_model(BertClassifier(BertConfig.from_json_file(tf1_model["config"]), 2))
@@ -87,18 +115,7 @@ def test_tf1_checkpoint_finetune_export_fresh_process(tmp_path, tf1_model):
     assert 0 < diff.max() < 5e-3
     expected = np.loadtxt(out / "test_results.tsv", delimiter="\t")
     assert expected.shape == (6, 2)
-    # A fresh process with nothing but TensorFlow (+ tf_text ops) serves raw text.
-    script = textwrap.dedent(f"""
-        import json, sys
-        import tensorflow as tf, tensorflow_text  # noqa: F401  (registers the text ops)
-        m = tf.saved_model.load({str(out / 'export')!r})
-        pairs = {test_pairs!r}
-        out = m.signatures["serving_pairs"](text=tf.constant([p[0] for p in pairs]),
-                                            text_b=tf.constant([p[1] for p in pairs]))
-        print(json.dumps({{"probabilities": out["probabilities"].numpy().tolist(),
-                           "label": [x.decode() for x in out["label"].numpy()]}}))
-    """)
-    got = json.loads(_run(["-c", script]).stdout.strip().splitlines()[-1])
+    assert not got["bert_tf"]
     np.testing.assert_allclose(got["probabilities"], expected, atol=1e-5)
     assert got["label"] == [str(i) for i in expected.argmax(1)]
 
@@ -189,12 +206,34 @@ def test_script_flag_defaults_match_library(script, config):
         fields = [f for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING]
         bad = [(f.name, repr(f.default)) for f in fields
                if f.name in flags.FLAGS and flags.FLAGS[f.name].default != f.default]
-        print(json.dumps({{"bad": bad, "tf": "tensorflow" in sys.modules,
-                           "flags": sorted(flags.FLAGS)}}))
+        tf_imported = "tensorflow" in sys.modules
+        # flags -> config -> run() -> report, through the script's own main (run faked)
+        from bert_tf import BertError
+        from bert_tf.tasks import cli
+        flags.FLAGS(["x", "--max_seq_length=24", "--nodo_lower_case", "--strategy=mirrored",
+                     "--mixed_precision=bfloat16", "--vocab_file=v.txt"])
+        seen = []
+        cli.main_for(lambda c: seen.append(c) or c, cls,
+                     lambda r: print("reported", type(r).__name__))(["x"])
+        cfg = seen[0]
+        got_cfg = [cfg.max_seq_length, cfg.do_lower_case, cfg.strategy, cfg.mixed_precision,
+                   cfg.vocab_file]
+        def fail(cfg):
+            raise BertError("--vocab_file: v.txt: not found")
+        try:
+            cli.main_for(fail, cls)(["x"])
+        except SystemExit as e:
+            exit_msg = str(e.code)
+        print(json.dumps({{"bad": bad, "tf": tf_imported, "flags": sorted(flags.FLAGS),
+                           "cfg": got_cfg, "exit": exit_msg}}))
     """)
-    got = json.loads(_run(["-c", check]).stdout.strip().splitlines()[-1])
+    proc = _run(["-c", check])
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["bad"] == []
     assert not got["tf"]  # flag parsing alone does not import TensorFlow
+    assert got["cfg"] == [24, False, "mirrored", "bfloat16", "v.txt"]
+    assert f"reported {config.split(':')[1]}" in proc.stdout
+    assert got["exit"] == "error: --vocab_file: v.txt: not found"
     originals = {
         "run_classifier.py": {"data_dir", "task_name", "do_lower_case", "max_seq_length",
                               "train_batch_size", "eval_batch_size", "predict_batch_size",
@@ -219,6 +258,14 @@ def test_script_errors_are_one_line(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith(
         "error: --task_name: unknown task 'bogus'; expected one of cola, mnli")
     assert "Traceback" not in proc.stderr
+    # absl flag errors: one line too, before TensorFlow is imported
+    for args, want in ((["run_squad.py", "--doc_stride=abc"],
+                        "error: flag --doc_stride=abc: invalid literal for int() with base 10: "
+                        "'abc'"),
+                       (["extract_features.py", "--bogus_flag=1"],
+                        "error: Unknown command line flag 'bogus_flag'")):
+        proc = _run(args, check=False)
+        assert (proc.returncode, proc.stderr.strip()) == (1, want)
 
 
 def test_library_errors(tmp_path, tf1_model):
@@ -242,3 +289,20 @@ def test_library_errors(tmp_path, tf1_model):
                               warmup_proportion=0.1).train_steps(10) == (5, 0)
     with pytest.raises(BertError, match=r"^--num_train_epochs: 3 training examples"):
         finetune.RunConfig("x", train_batch_size=32, num_train_epochs=1.0).train_steps(3)
+    with pytest.raises(BertError, match=r"^--eval_batch_size: must be > 0, got 0"):
+        classifier.run(classifier.ClassifierConfig(task_name="rte", data_dir=str(tmp_path),
+                                                   do_eval=True, eval_batch_size=0, **common))
+    with pytest.raises(BertError, match=r"^--warmup_proportion: must be in \[0, 1\], got 1.5"):
+        squad.run(squad.SquadConfig(do_train=True, warmup_proportion=1.5, **common))
+    from bert_tf.tasks import features
+    assert features.parse_layers("-1, -2,0", 2) == [-1, -2, 0]
+    with pytest.raises(BertError, match=r"^--layers: 2 is outside the model's 2 layers "
+                                        r"\(-2\.\.1\)"):
+        features.parse_layers("-1,2", 2)
+    with pytest.raises(BertError, match=r"^--layers: expected comma-separated integers"):
+        features.parse_layers("-1,last", 2)
+    with pytest.raises(BertError, match=r"^--batch_size: must be > 0, got -1"):
+        features.run(features.FeatureConfig(input_file="in.txt", output_file="out.jsonl",
+                                            vocab_file=tf1_model["vocab"],
+                                            bert_config_file=tf1_model["config"],
+                                            batch_size=-1))

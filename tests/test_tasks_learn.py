@@ -234,3 +234,60 @@ def test_tagging_learns_capitalised_runs(tmp_path):
     first = [line.split() for line in lines[0].splitlines()]
     assert all(len(cols) == 3 for cols in first)  # word gold predicted
     assert {c[1] for c in first} <= {"O", "B-PER", "I-PER"}  # gold converted to IOB2
+
+
+# --- the shared loop under a strategy and mixed precision ------------------------------------
+
+def _tagging_tuner(tmp_path, name, **overrides):
+    from conftest import tiny_bert_config
+    from bert_tf.models import BertTokenClassifier
+    from bert_tf.tasks import finetune
+    cfg = finetune.RunConfig(output_dir=str(tmp_path / name), max_seq_length=8,
+                             train_batch_size=4, learning_rate=1e-2, seed=1, progress=False,
+                             **overrides)
+    # no dropout anywhere (the head's default is 0.1): replicas draw other masks
+    return finetune.Finetuner(lambda: BertTokenClassifier(tiny_bert_config(num_hidden_layers=1),
+                                                          3, dropout_rate=0.0),
+                              finetune.tagging_loss, cfg)
+
+
+def _tagging_arrays():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 64, (4, 8)).astype(np.int32)
+    # replica 0 gets examples 0-1 (7 labelled positions), replica 1 examples 2-3 (2): the loss
+    # must be normalised by the global count, not averaged per replica
+    weights = np.zeros((4, 8), np.float32)
+    weights[0, 1:5] = weights[1, 1:4] = weights[2, 1] = weights[3, 2] = 1
+    return {"input_word_ids": ids, "input_mask": np.ones_like(ids),
+            "input_type_ids": np.zeros_like(ids),
+            "label_ids": rng.integers(0, 3, (4, 8)).astype(np.int32), "label_weights": weights}
+
+
+def test_finetuner_mirrored_and_bfloat16_match_one_device(tmp_path):
+    import keras
+    from conftest import TWO_CPUS
+    arrays = _tagging_arrays()
+    one = _tagging_tuner(tmp_path, "one", strategy="one_device")
+    start = [w.copy() for w in one.model.get_weights()]
+    loss_one = one.train(arrays, 2, 0)
+    want = one.model.get_weights()
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(want, start)) > 1e-3
+    if TWO_CPUS:
+        two = _tagging_tuner(tmp_path, "two", strategy="mirrored")
+        assert two.strategy.num_replicas_in_sync == 2
+        two.model.set_weights(start)
+        assert two.train(arrays, 2, 0) == pytest.approx(loss_one, rel=1e-5)
+        for a, b in zip(two.model.get_weights(), want):
+            np.testing.assert_allclose(a, b, atol=2e-5)
+    # bfloat16 compute, float32 variables and outputs: predictions track the float32 model's
+    try:
+        bf = _tagging_tuner(tmp_path, "bf16", strategy="one_device", mixed_precision="bfloat16")
+        assert bf.model.dtype_policy.compute_dtype == "bfloat16"
+        assert {w.dtype for w in bf.model.get_weights()} == {np.dtype("float32")}
+        bf.model.set_weights(want)
+        logits = bf.predict(arrays, 3, ["logits"])["logits"]
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    full = one.predict(arrays, 3, ["logits"])["logits"]
+    assert logits.dtype == np.float32 and logits.shape == (4, 8, 3)
+    assert 0 < np.max(np.abs(logits - full)) < 0.1 * np.max(np.abs(full))

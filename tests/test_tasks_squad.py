@@ -1,6 +1,7 @@
 """SQuAD: doc-span windows, max-context, training targets, n-best decoding back to the exact
 original characters, v2.0 null-answer thresholding, reading errors."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -182,3 +183,49 @@ def test_misaligned_training_answer_is_skipped(tmp_path):
         {"id": "ok", "question": "q?", "answers": [{"text": "w1", "answer_start": 3}]},
         {"id": "bad", "question": "q?", "answers": [{"text": "w9", "answer_start": 3}]}])
     assert [e.qas_id for e in squad.read_squad_examples(path, True)] == ["ok"]
+
+
+def test_run_squad_v2_predict_writes_null_odds_and_v2_eval(tmp_path, tokenizer):
+    """run_squad --version_2_with_negative --do_predict (weights as initialised): the three
+    JSON files agree with each other and with the threshold rule; eval_results.txt is the
+    official v2.0 report of them."""
+    from bert_tf.tasks import squad_metrics
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    with open(os.path.join(os.path.dirname(__file__), "..", "configs", "tiny_test.json")) as f:
+        cfg = json.load(f)
+    cfg["vocab_size"] = len(VOCAB)
+    (tmp_path / "bert_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    start = CONTEXT.index("1895")
+    path = _squad_json(tmp_path / "dev.json", [
+        {"id": "a", "question": "when was it ?",
+         "answers": [{"text": "1895", "answer_start": start}]},
+        {"id": "b", "question": "what name ?", "answers": [], "is_impossible": True},
+        {"id": "c", "question": "when ?", "answers": [], "is_impossible": True}])
+    out = tmp_path / "out"
+    result = squad.run(squad.SquadConfig(
+        vocab_file=str(vocab), bert_config_file=str(tmp_path / "bert_config.json"),
+        output_dir=str(out), predict_file=path, do_predict=True, version_2_with_negative=True,
+        max_seq_length=20, doc_stride=4, max_query_length=8, predict_batch_size=4,
+        n_best_size=4, max_answer_length=6, seed=3, progress=False))
+    preds = json.load(open(out / "predictions.json", encoding="utf-8"))
+    nbest = json.load(open(out / "nbest_predictions.json", encoding="utf-8"))
+    odds = json.load(open(out / "null_odds.json", encoding="utf-8"))
+    assert list(preds) == list(nbest) == list(odds) == ["a", "b", "c"]
+    for q in preds:
+        entries = nbest[q]
+        null = [e for e in entries if e["text"] == ""]
+        best = next(e for e in entries if e["text"])
+        assert len(null) == 1 and len(entries) <= 5
+        assert odds[q] == pytest.approx(null[0]["start_logit"] + null[0]["end_logit"]
+                                        - best["start_logit"] - best["end_logit"], abs=1e-5)
+        assert preds[q] == ("" if odds[q] > 0.0 else best["text"])
+        assert not best["text"] or best["text"] in CONTEXT  # exact context characters
+    want = squad_metrics.evaluate_v2(json.load(open(path, encoding="utf-8")), preds, odds)
+    assert result["eval"] == dict(want, global_step=0)
+    got = {}
+    for line in open(out / "eval_results.txt", encoding="utf-8"):
+        k, v = line.rstrip("\n").split(" = ")
+        got[k] = float(v)
+    assert got == pytest.approx(dict(want, global_step=0))
+    assert {"HasAns_exact", "NoAns_exact", "best_f1", "best_f1_thresh"} <= set(got)

@@ -46,6 +46,7 @@ def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
     for name in ("bert_config_file", "vocab_file", "output_dir"):
         if not getattr(cfg, name):
             raise BertError(f"--{name}: required")
+    finetune.check_flags(cfg)
     bert_config = BertConfig.from_json_file(cfg.bert_config_file)
     if cfg.max_seq_length > bert_config.max_position_embeddings:
         raise BertError(f"--max_seq_length: {cfg.max_seq_length} exceeds the model's "

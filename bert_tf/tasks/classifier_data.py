@@ -23,7 +23,8 @@ class InputExample:
 
 
 # One layout per file: (header line to skip, text_a column, text_b column or None,
-# label column or None (test files: no label), guid column or None (line number)).
+# label column or None (test files: no label), guid column or None: the 0-based row index,
+# header included, as the original's guids count rows).
 Layout = collections.namedtuple("Layout", "header a b label guid")
 
 
@@ -67,7 +68,7 @@ class DataProcessor:
                 return None
             raise BertError(f"{path}: line {line_no} has {len(row)} tab-separated columns, "
                             f"expected at least {needed} ({self.name} layout)")
-        guid = f"{set_type}-{row[layout.guid] if layout.guid is not None else line_no}"
+        guid = f"{set_type}-{row[layout.guid] if layout.guid is not None else line_no - 1}"
         text_b = row[layout.b] if layout.b is not None else None
         if layout.label is None:  # test set: a placeholder label, as the original used
             label = 0.0 if self.is_regression else self.labels[0]
@@ -334,14 +335,15 @@ def truncate_seq_pair(tokens_a, tokens_b, max_length):
 def encode_pair(tokenizer, text_a, text_b, max_seq_length):
     """(input_ids, input_mask, segment_ids, tokens) for one example, zero-padded."""
     tokens_a = tokenizer.tokenize(text_a)
-    tokens_b = tokenizer.tokenize(text_b) if text_b is not None else None
-    if tokens_b is not None:
+    # As the original (and the exported preprocessor): a b that tokenizes to nothing is no b.
+    tokens_b = tokenizer.tokenize(text_b) if text_b else None
+    if tokens_b:
         truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
     else:
         del tokens_a[max_seq_length - 2:]
     tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
     segment_ids = [0] * len(tokens)
-    if tokens_b is not None:
+    if tokens_b:
         tokens += tokens_b + ["[SEP]"]
         segment_ids += [1] * (len(tokens_b) + 1)
     ids = tokenizer.convert_tokens_to_ids(tokens)

@@ -1,7 +1,8 @@
 """Flags the fine-tuning scripts share (beyond each script's original ones) and their main().
 
 Scripts define their original flags themselves, call `define_tpu_flags()` /
-`define_tf2_flags()`, and hand `main_for(run, ConfigClass, report)` to absl's app.run.
+`define_tf2_flags()`, and end with `run_script(run, ConfigClass, report)`: absl's app.run with
+flag errors (unknown flag, bad value) and BertErrors as one `error: ...` line, exit status 1.
 """
 import sys
 
@@ -41,6 +42,22 @@ def define_tf2_flags(training=True):
                       "SavedModel.")
     flags.DEFINE_string("export_dir", None, "Where to export (default: <output_dir>/export).")
     flags.DEFINE_bool("progress", True, "Show progress bars.")
+
+
+def parse_flags(argv):
+    """absl flag parsing; a bad flag exits with one line instead of absl's usage text."""
+    from absl import flags
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        sys.exit(f"error: {e}")
+
+
+def run_script(run, config_cls, report=None):
+    """The scripts' `if __name__ == "__main__"` body."""
+    from absl import app, logging
+    logging.set_verbosity(logging.INFO)
+    app.run(main_for(run, config_cls, report), flags_parser=parse_flags)
 
 
 def main_for(run, config_cls, report=None):

@@ -99,6 +99,7 @@ def run(cfg):
     for name in ("input_file", "output_file", "bert_config_file", "vocab_file"):
         if not getattr(cfg, name):
             raise BertError(f"--{name}: required")
+    finetune.check_flags(cfg)
     bert_config = BertConfig.from_json_file(cfg.bert_config_file)
     if cfg.max_seq_length > bert_config.max_position_embeddings:
         raise BertError(f"--max_seq_length: {cfg.max_seq_length} exceeds the model's "

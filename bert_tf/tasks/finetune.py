@@ -62,6 +62,22 @@ class RunConfig:
         return steps, int(steps * self.warmup_proportion)
 
 
+# Flags that must be > 0 wherever a config has them (checked before any work starts).
+POSITIVE_FLAGS = ("max_seq_length", "train_batch_size", "eval_batch_size", "predict_batch_size",
+                  "batch_size", "learning_rate", "doc_stride", "max_query_length", "n_best_size",
+                  "max_answer_length", "num_train_steps")
+
+
+def check_flags(cfg):
+    """One-line BertErrors for out-of-range numeric flags."""
+    for name in POSITIVE_FLAGS:
+        value = getattr(cfg, name, None)
+        if value is not None and not value > 0:
+            raise BertError(f"--{name}: must be > 0, got {value}")
+    if hasattr(cfg, "warmup_proportion") and not 0.0 <= cfg.warmup_proportion <= 1.0:
+        raise BertError(f"--warmup_proportion: must be in [0, 1], got {cfg.warmup_proportion}")
+
+
 def config_from(obj, cls=RunConfig, **overrides):
     """A dataclass `cls` filled from attributes of `obj` (absl FLAGS or a namespace)."""
     values = {}
@@ -154,6 +170,7 @@ class Finetuner:
             build_model(self.model, seq=min(8, cfg.max_seq_length))
         self.optimizer = None
         self.restored_from = None
+        self._predict_steps = {}  # output keys -> traced step (eval and predict share it)
         tf.io.gfile.makedirs(cfg.output_dir)
 
     # -- weights --------------------------------------------------------------------------
@@ -298,25 +315,48 @@ class Finetuner:
                 for k, v in results.items()}
 
     def predict_batches(self, features, batch_size, output_keys, desc="predict"):
-        """Yields dicts of float32 NumPy outputs batch by batch (streaming consumers)."""
-        import tensorflow as tf
-        strategy, model = self.strategy, self.model
-        inputs = {k: features[k] for k in INPUT_NAMES}
+        """Yields dicts of float32 NumPy outputs batch by batch (streaming consumers).
+
+        The last batch is padded to full size (and the padding dropped from its outputs), so
+        one traced step serves every batch, and the iterator is never run to its end (ending
+        a distributed iterator costs about a second).
+        """
+        batch_size = int(batch_size)
+        if batch_size <= 0:
+            raise BertError(f"batch size: must be > 0, got {batch_size}")
+        inputs = {k: np.asarray(features[k]) for k in INPUT_NAMES}
         n = len(inputs["input_word_ids"])
-        ds = strategy.experimental_distribute_dataset(make_dataset(inputs, batch_size))
-
-        @tf.function(reduce_retracing=True)
-        def step(batch):
-            out = strategy.run(lambda b: model(b, training=False), args=(batch,))
-            return {k: strategy.gather(out[k], axis=0) for k in output_keys}
-
+        num_batches = -(-n // batch_size)
+        pad = num_batches * batch_size - n
+        if pad:  # all-zero rows: input_mask 0 everywhere, outputs discarded
+            inputs = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
+                      for k, v in inputs.items()}
+        step = self._predict_step(tuple(output_keys))
+        iterator = iter(self.strategy.experimental_distribute_dataset(
+            make_dataset(inputs, batch_size)))
         from tqdm.auto import tqdm
         with tqdm(total=n, desc=desc, unit="ex", disable=not self.cfg.progress,
                   dynamic_ncols=True) as bar:
-            for batch in ds:
-                out = {k: v.numpy().astype(np.float32) for k, v in step(batch).items()}
-                bar.update(len(out[output_keys[0]]))
+            for b in range(num_batches):
+                keep = batch_size if b < num_batches - 1 else batch_size - pad
+                out = {k: v.numpy()[:keep].astype(np.float32)
+                       for k, v in step(next(iterator)).items()}
+                bar.update(keep)
                 yield out
+
+    def _predict_step(self, output_keys):
+        import tensorflow as tf
+        cache = self._predict_steps
+        if output_keys not in cache:
+            strategy, model = self.strategy, self.model
+
+            @tf.function
+            def step(batch):
+                out = strategy.run(lambda b: model(b, training=False), args=(batch,))
+                return {k: strategy.gather(out[k], axis=0) for k in output_keys}
+
+            cache[output_keys] = step
+        return cache[output_keys]
 
     # -- export ---------------------------------------------------------------------------
     def export(self, vocab_file, do_lower_case, export_dir, task, labels=None):
