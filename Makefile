@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): setup.py constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,beam]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -2,9 +2,13 @@
 
 Flags of the original release (same names and defaults) plus this project's additions.
 `--mode=original` (default) reproduces the original script's records exactly (same random
-stream); `--mode=streaming` is the fast, multi-process, bounded-memory, resumable variant.
+stream); `--mode=streaming` is the fast, multi-process, bounded-memory, resumable variant;
+`--runner=DirectRunner|DataflowRunner|...` (`--mode=beam`) runs it as an Apache Beam pipeline,
+passing every flag this script does not know to Beam as a pipeline option.
 Schema and stats file: see tfrecords/README.md. Logic: bert_tf/pretraining_data/.
 """
+import sys
+
 from absl import app, flags
 
 import bert_tf  # noqa: F401  (sets the Keras/TF environment first)
@@ -28,9 +32,15 @@ flags.DEFINE_float("short_seq_prob", 0.1,
                    "Probability of creating sequences which are shorter than the maximum length.")
 
 # ---- new flags ----
-flags.DEFINE_enum("mode", "original", ["original", "streaming"],
+flags.DEFINE_enum("mode", "original", ["original", "streaming", "beam"],
                   "original: the original algorithm and random stream, records identical to the "
-                  "original script's. streaming: sharded, multi-process, bounded memory, resumable.")
+                  "original script's. streaming: sharded, multi-process, bounded memory, resumable. "
+                  "beam: an Apache Beam pipeline (implied by --runner).")
+flags.DEFINE_string("runner", None,
+                    "Run as an Apache Beam pipeline on this runner (DirectRunner, DataflowRunner, "
+                    "FlinkRunner, SparkRunner, ...); unknown flags are passed to Beam as pipeline "
+                    "options (e.g. --direct_num_workers=2 --direct_running_mode=multi_processing, "
+                    "--project/--region/--temp_location for Dataflow). Needs the [beam] extra.")
 flags.DEFINE_integer("num_workers", 1, "streaming: worker processes (results do not depend on it).")
 flags.DEFINE_integer("output_shards", 0,
                      "Write <output_file>-SSSSS-of-NNNNN shards. 0: the --output_file list; in "
@@ -49,20 +59,27 @@ flags.DEFINE_string("tfds_split", "train", "Split of --tfds_dataset.")
 flags.DEFINE_string("tfds_data_dir", None, "data_dir for --tfds_dataset.")
 flags.DEFINE_string("tfds_text_key", "text", "Text feature of --tfds_dataset.")
 flags.DEFINE_integer("nsp_reservoir_size", 1000,
-                     "streaming: documents kept (reservoir sample) to draw random-next segments from.")
+                     "streaming: documents kept (reservoir sample) to draw random-next segments "
+                     "from. beam: documents per shuffle-keyed group they are drawn from.")
 flags.DEFINE_integer("shuffle_buffer_size", 10000, "streaming: per-shard instance shuffle buffer.")
 flags.DEFINE_string("stats_file", None, "Stats JSON (default: <output>.stats.json).")
 flags.DEFINE_string("bert_config_file", None,
                     "Optional bert_config.json: checks max_seq_length and the vocab size against it.")
 
 
+def parse_flags(argv):
+    """Our flags; the rest stays in argv for Beam (--runner) or is an error (other modes)."""
+    try:
+        return FLAGS(argv, known_only=True)
+    except flags.Error as e:
+        sys.exit(f"error: {e}")
+
+
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     from bert_tf.pretraining_data import cli
-    options = cli.options_from_flags(FLAGS)
+    options = cli.options_from_flags(FLAGS, extra_args=argv[1:])
     cli.main(options)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

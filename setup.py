@@ -16,7 +16,7 @@ EXTRAS = {
     "test": ["pytest==9.2.0", "tensorflow-serving-api==2.20.0"],
     # Heavy, tf_keras-based peers: comparison tests/benchmarks only, never imported by bert_tf.
     "peers": ["tf-models-official==2.20.0", "tokenizers==0.23.3"],
-    "beam": ["apache-beam==2.77.0"],
+    "beam": ["apache-beam==2.77.0", "google-crc32c==1.9.0"],
 }
 
 setup(

@@ -1,10 +1,12 @@
-"""Benchmark create_pretraining_data: original mode vs streaming (1 and 2 workers) vs Model Garden.
+"""Benchmark create_pretraining_data: original mode vs streaming (1 and 2 workers) vs Beam vs Model Garden.
 
 On one deterministic synthetic corpus (sentences of Zipf-distributed words from a generated word
 list) at two sizes, each row runs in its own subprocess and reports instances/s (timed inside
 the run, TensorFlow import excluded) and peak RSS: VmHWM of the writing (main) process and of the
 largest worker (getrusage's ru_maxrss would count, for a spawned worker, the parent pages it
-mapped between fork and exec). Ratios are against the original-mode row of the same size.
+mapped between fork and exec). Beam rows (DirectRunner in-process, and 2 worker processes with
+--direct_running_mode=multi_processing; skipped without the [beam] extra) sample the RSS of the
+worker processes every 0.2 s instead. Ratios are against the original-mode row of the same size.
 
   .venv/bin/python bench/pretraining_data.py            # 20 MB and 40 MB corpora
   .venv/bin/python bench/pretraining_data.py --quick    # 2 MB and 4 MB, dupe_factor 2
@@ -73,18 +75,34 @@ def write_vocab(path, words, size=8000):
 
 
 _ROW = r"""
-import json, sys, time
+import json, sys, threading, time
 sys.path.insert(0, {repo!r})
 import bert_tf
 import tensorflow as tf
+import psutil
 from bert_tf.pretraining_data.runner import Options, run
 opts = Options(**json.loads({opts!r}), progress=False)
+if opts.mode == "beam":
+    import apache_beam  # imported before the clock starts, like TensorFlow
+children_peak, done = [0], threading.Event()
+
+def sample():  # peak RSS of any child process (Beam's SDK workers)
+    me = psutil.Process()
+    while not done.wait(0.2):
+        for c in me.children(recursive=True):
+            try:
+                children_peak[0] = max(children_peak[0], c.memory_info().rss / 2**20)
+            except psutil.Error:
+                pass
+
+threading.Thread(target=sample, daemon=True).start()
 t = time.time()
 data = run(opts)
 seconds = time.time() - t
+done.set()
 print(json.dumps({{"instances": data["totals"]["instances"], "seconds": seconds,
     "rss_self_mb": data["peak_rss_mb"]["writer"],
-    "rss_child_mb": data["peak_rss_mb"]["workers"] or 0}}))
+    "rss_child_mb": data["peak_rss_mb"]["workers"] or children_peak[0]}}))
 """
 
 _GARDEN = r"""
@@ -113,6 +131,11 @@ def run_row(code):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def beam_installed():
+    return subprocess.run([sys.executable, "-c", "import apache_beam"],
+                          capture_output=True).returncode == 0
+
+
 def garden_installed():
     code = "import official.nlp.data.create_pretraining_data"
     return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
@@ -135,10 +158,14 @@ def main():
     vocab = os.path.join(workdir, "vocab.txt")
     write_vocab(vocab, words)
     has_garden = garden_installed()
+    has_beam = beam_installed()
     print(f"cores: {os.cpu_count()}  dupe_factor: {dupe}  max_seq_length: 128  workdir: {workdir}")
     if not has_garden:
         print("tf-models-official (official.nlp.data.create_pretraining_data): not installed "
               "(pip install -c constraints.txt -e '.[peers]'); row skipped")
+    if not has_beam:
+        print("apache-beam: not installed (pip install -c constraints.txt -e '.[beam]'); "
+              "Beam rows skipped")
     results = {}
     for size in sizes:
         corpus = os.path.join(workdir, f"corpus_{size:g}mb.txt")
@@ -154,6 +181,14 @@ def main():
             rows.append((f"streaming, {w} worker{'s' if w > 1 else ''}",
                          dict(base, mode="streaming", num_workers=w, output_shards=2,
                               output_file=os.path.join(workdir, f"s{w}.tfrecord"))))
+        if has_beam:
+            rows.append(("beam Direct, in-process", dict(
+                base, mode="beam", runner="DirectRunner", output_shards=2,
+                output_file=os.path.join(workdir, "b1.tfrecord"))))
+            rows.append(("beam Direct, 2 procs", dict(
+                base, mode="beam", runner="DirectRunner", output_shards=2,
+                beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+                output_file=os.path.join(workdir, "b2.tfrecord"))))
         print(f"{'row':<24}{'instances':>10}{'seconds':>9}{'inst/s':>10}{'x original':>11}"
               f"{'RSS parent MB':>15}{'RSS worker MB':>15}")
         base_rate = None

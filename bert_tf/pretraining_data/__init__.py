@@ -5,6 +5,8 @@
   masking    masked-LM selection (original algorithm; per-word whole-word masking option)
   original   mode `original`: the original release's algorithm and random stream, exactly
   streaming  mode `streaming`: sharded, multi-process, bounded memory, resumable
+  beam       mode `beam` (--runner=...): the same logic as an Apache Beam pipeline (needs the
+             [beam] extra; imported only in that mode)
   writer     atomic TFRecord/JSON outputs
   stats      counters of the stats JSON
   runner     `Options` + `run(options)`, what create_pretraining_data.py calls

@@ -125,12 +125,13 @@ def _line_number_at(path, offset):
     return count
 
 
-def iter_range_documents(path, lo, hi):
+def iter_range_documents(path, lo, hi, offsets=False):
     """Documents of an uncompressed file that *start* in the byte range [lo, hi).
 
     A document starts at byte 0 or at the blank line in front of it, so every document belongs
     to exactly one range however the file is cut, and a range never needs the whole file.
-    Yields (document, bytes_consumed_since_last_yield).
+    Yields (document, bytes_consumed_since_last_yield), or with `offsets` (document, byte offset
+    of its first line): a key that does not depend on how the file was cut.
     """
     f = open_binary(path)
     try:
@@ -139,7 +140,7 @@ def iter_range_documents(path, lo, hi):
             f.seek(lo - 1)
             pos = lo - 1 + len(f.readline())  # now at the first line start >= lo
         owned = lo == 0  # inside a document this range owns
-        doc, last_pos = [], lo
+        doc, last_pos, doc_pos = [], lo, 0
         while True:
             line = f.readline()
             if not line:
@@ -148,17 +149,19 @@ def iter_range_documents(path, lo, hi):
             text = _decode(line, path, lambda: _line_number_at(path, line_pos)).strip()
             if text:
                 if owned:
+                    if not doc:
+                        doc_pos = line_pos
                     doc.append(text)
                 continue
             # A blank line ends the current document and starts the next one.
             if doc:
-                yield doc, line_pos - last_pos
+                yield doc, doc_pos if offsets else line_pos - last_pos
                 last_pos, doc = line_pos, []
             if line_pos >= hi:
                 break
             owned = True
         if doc:
-            yield doc, pos - last_pos
+            yield doc, doc_pos if offsets else pos - last_pos
     finally:
         f.close()
 

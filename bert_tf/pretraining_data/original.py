@@ -122,6 +122,8 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
                 if stats is not None:
                     stats.add_instance(len(tokens), positions, tokens, output_tokens,
                                        is_random_next, MASK)
+                    if len(chunk) == 1:
+                        stats.nsp_forced_random_next += 1
                     if removed:
                         stats.truncated_instances += 1
                         stats.truncated_tokens += removed

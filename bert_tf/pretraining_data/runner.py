@@ -4,6 +4,7 @@ import hashlib
 import json
 import posixpath
 import random
+import re
 import sys
 import time
 
@@ -14,7 +15,7 @@ from bert_tf.pretraining_data import streaming as streaming_lib
 from bert_tf.pretraining_data import writer as writer_lib
 from bert_tf.pretraining_data.stats import Stats, dumps
 
-MODES = ("original", "streaming")
+MODES = ("original", "streaming", "beam")
 
 
 @dataclasses.dataclass
@@ -46,6 +47,8 @@ class Options:
     shuffle_buffer_size: int = 10000
     stats_file: str = ""
     bert_config_file: str = ""
+    runner: str = ""        # mode beam: Beam runner (DirectRunner, DataflowRunner, ...)
+    beam_args: tuple = ()   # mode beam: pipeline options passed through to Beam
     progress: bool = None  # None: a tqdm bar when stderr is a terminal
 
 
@@ -84,6 +87,18 @@ def validate(opts):
         raise BertError(f"--learn_vocab_size: must be >= 0, got {opts.learn_vocab_size}")
     if opts.resume and opts.mode != "streaming":
         raise BertError("--resume: only --mode=streaming writes resumable shards")
+    if opts.runner and opts.mode != "beam":
+        raise BertError(f"--runner: runs the Beam pipeline (--mode=beam), not --mode={opts.mode}")
+    if opts.beam_args and opts.mode != "beam":
+        raise BertError(f"unknown flag(s) {' '.join(opts.beam_args)} (Beam pipeline options "
+                        "need --runner)")
+    if opts.mode == "beam":
+        if opts.num_workers != 1:
+            raise BertError("--num_workers: with --runner, use the runner's own options (e.g. "
+                            "--direct_num_workers=2 --direct_running_mode=multi_processing)")
+        if opts.tfds_dataset:
+            raise BertError("--tfds_dataset: not supported with --runner; export the text to "
+                            "files (one sentence per line) first")
     expected = int(round(opts.max_seq_length * opts.masked_lm_prob))
     if opts.max_predictions_per_seq < expected:
         warn(f"--max_predictions_per_seq={opts.max_predictions_per_seq} is smaller than "
@@ -95,6 +110,12 @@ def output_paths(opts):
     """(list of output files, stats file path)."""
     files = [f.strip() for f in opts.output_file.split(",") if f.strip()]
     shards = opts.output_shards
+    if opts.mode == "beam":
+        if len(files) != 1:
+            raise BertError("--output_file: with --runner give one file name prefix "
+                            "(shards are <prefix>-SSSSS-of-NNNNN)")
+        if not shards:  # the runner picks the shard count; names known after the run
+            return [], opts.stats_file or files[0] + ".stats.json"
     if not shards and opts.mode == "streaming" and len(files) == 1 and opts.num_workers > 1:
         shards = opts.num_workers  # one shard per worker unless told otherwise
     if shards:
@@ -164,6 +185,8 @@ def run(opts):
     try:
         if opts.mode == "original":
             return _run_original(opts, input_files, paths, stats_path, vocab_path, start)
+        if opts.mode == "beam":
+            return _run_beam(opts, input_files, paths, stats_path, vocab_path, start)
         return _run_streaming(opts, input_files, paths, stats_path, vocab_path, start)
     except BaseException:
         if learned:
@@ -240,23 +263,78 @@ def _fingerprint(opts, input_files, vocab_path, num_shards):
     vocab_hash = hashlib.sha256("\n".join(vocab_tokens(vocab_path)).encode()).hexdigest()
     flags = {k: v for k, v in dataclasses.asdict(opts).items()
              if k not in ("num_workers", "resume", "progress", "stats_file", "vocab_file",
-                          "learn_vocab_size", "bert_config_file", "output_file")}
+                          "learn_vocab_size", "bert_config_file", "output_file", "runner",
+                          "beam_args")}
     return {"flags": flags, "num_shards": num_shards, "vocab_sha256": vocab_hash,
             "inputs": [[p, docs_lib.file_size(p)] for p in input_files]}
 
 
-def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
+def _stream_config(opts, vocab_path):
     from bert_tf.tokenization import load_vocab
     vocab = load_vocab(vocab_path)
     _check_bert_config(opts, len(vocab))
-    num_shards = len(paths)
-    cfg = streaming_lib.StreamConfig(
+    return streaming_lib.StreamConfig(
         vocab=dict(vocab), do_lower_case=opts.do_lower_case, max_seq_length=opts.max_seq_length,
         max_predictions_per_seq=opts.max_predictions_per_seq, masked_lm_prob=opts.masked_lm_prob,
         short_seq_prob=opts.short_seq_prob, dupe_factor=opts.dupe_factor,
         random_seed=opts.random_seed, do_whole_word_mask=opts.do_whole_word_mask,
         whole_word_mask_per_word=opts.whole_word_mask_per_word,
         nsp_reservoir_size=opts.nsp_reservoir_size, shuffle_buffer_size=opts.shuffle_buffer_size)
+
+
+def _beam_error(exc, runner):
+    """One line from what a Beam runner raised (it wraps or stringifies worker exceptions)."""
+    text = str(exc)
+    found = re.search(r"BertError: (.+)", text)
+    if isinstance(exc, BertError) or found:
+        line = (text.strip().splitlines() or [""])[0] if isinstance(exc, BertError) else found.group(1)
+        return re.sub(r"\s*\[while running .*$", "", line).strip()
+    first = next((l.strip() for l in text.splitlines() if l.strip()), "")
+    return f"--runner={runner}: the Beam pipeline failed: {type(exc).__name__}: {first}"[:2000]
+
+
+def _run_beam(opts, input_files, paths, stats_path, vocab_path, start):
+    import logging
+    beam_logger = logging.getLogger("apache_beam")
+    quiet = beam_logger.level == logging.NOTSET  # Beam's INFO lines would bury the summary line
+    if quiet:
+        beam_logger.setLevel(logging.ERROR)  # import-time notes about optional GCP clients
+    try:
+        from bert_tf.pretraining_data import beam as beam_lib
+    except ImportError as e:
+        raise BertError(f"--runner: apache-beam is not installed ({e}); "
+                        "pip install -c constraints.txt -e '.[beam]'") from None
+    finally:
+        if quiet:
+            beam_logger.setLevel(logging.WARNING)
+    cfg = _stream_config(opts, vocab_path)
+    runner = opts.runner or "DirectRunner"
+    prefix = opts.output_file.strip(" ,")
+    partial = writer_lib.tmp_name(stats_path) + ".beam"
+    try:
+        total = beam_lib.run(cfg, input_files, prefix, opts.output_shards, opts.nsp_reservoir_size,
+                             partial, runner, opts.beam_args)
+        written = paths or beam_lib.written_files(prefix, since=start)
+        if total.instances == 0:
+            for p in written:
+                writer_lib.remove_quietly(p)
+            raise BertError(f"--input_file: no text found in {opts.input_file!r}")
+    except Exception as e:
+        beam_lib.remove_temp_dirs(prefix)
+        if isinstance(e, BertError) and "[while running" not in str(e):
+            raise
+        raise BertError(_beam_error(e, runner)) from None
+    finally:
+        writer_lib.remove_quietly(partial)
+    return _report(opts, total, written, stats_path, start,
+                   {"vocab_file": vocab_path, "runner": runner, "beam_args": list(opts.beam_args),
+                    "config": _fingerprint(opts, input_files, vocab_path, len(written)),
+                    "peak_rss_mb": {"writer": round(streaming_lib.peak_rss_mb(), 1), "workers": None}})
+
+
+def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
+    num_shards = len(paths)
+    cfg = _stream_config(opts, vocab_path)
     if opts.tfds_dataset:
         tasks = streaming_lib.plan_tfds_shards(opts.tfds_dataset, opts.tfds_split,
                                                opts.tfds_data_dir or None, opts.tfds_text_key,

@@ -13,6 +13,7 @@ COUNTERS = (
     "masked_random",        # ... replaced by another token
     "nsp_random_next",      # next_sentence_labels == 1
     "nsp_actual_next",      # next_sentence_labels == 0
+    "nsp_forced_random_next",  # ... of the random-next ones: chunk of one sentence, no coin drawn
     "truncated_instances",  # pairs that had to be truncated to fit max_seq_length
     "truncated_tokens",     # tokens removed by that truncation
 )
@@ -61,6 +62,9 @@ class Stats:
         d["instances_per_second"] = round(self.instances / seconds, 1) if seconds > 0 else None
         d["masked_fraction_of_candidates"] = _ratio(self.masked, self.candidates)
         d["nsp_random_next_fraction"] = _ratio(self.nsp_random_next, self.instances)
+        # The NSP coin alone (the original forces random-next for one-sentence chunks).
+        d["nsp_coin_random_next_fraction"] = _ratio(self.nsp_random_next - self.nsp_forced_random_next,
+                                                    self.instances - self.nsp_forced_random_next)
         d["truncated_fraction"] = _ratio(self.truncated_instances, self.instances)
         return d
 

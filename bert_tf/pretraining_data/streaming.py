@@ -213,6 +213,8 @@ class InstanceMaker:
                 a = list(chain(chunk[:a_end]))
                 if len(chunk) == 1 or rng.random() < 0.5:
                     is_random_next = True
+                    if len(chunk) == 1:
+                        self.stats.nsp_forced_random_next += 1
                     target_b = target - len(a)
                     other = reservoir[int(rand() * len(reservoir))] if reservoir else doc
                     b = []
