@@ -2,8 +2,9 @@
 
 Exports are plain `tf.Module`s whose `tf.function`s close over the Keras model: the SavedModel
 holds only variables, function graphs and assets, so `tf.saved_model.load` (and TF Serving)
-needs neither keras nor bert_tf. The Keras variables are tracked in a list attribute
-(`model_variables`) so they are saved and restored with the functions that capture them.
+needs neither keras nor bert_tf. The tf.Variables behind the Keras weights are tracked in a
+list attribute (`model_variables`) so they are saved and restored with the functions that
+capture them (see tf_variables).
 """
 import json
 import os
@@ -42,6 +43,24 @@ def join(*parts):
 def ids_spec(seq_length=None):
     """Signature specs of the three int32 encoder inputs."""
     return {n: tf.TensorSpec([None, seq_length], tf.int32, name=n) for n in INPUT_NAMES}
+
+
+def tf_variables(model):
+    """The tf.Variables behind a Keras model's weights, to track in the exported module.
+
+    Tracking the Keras Variable wrappers instead would export each weight twice: the wrapper
+    saves as a *new* variable initialised from the one the functions capture, so a TF1-style
+    loader (TF Serving's C++ LoadSavedModel, tf.compat.v1 sessions) restores the copy and the
+    graph then reads an uninitialised variable ("Could not find variable ...").
+    """
+    out = []
+    for v in model.weights:
+        value = getattr(v, "value", v)
+        if not isinstance(value, tf.Variable):
+            raise BertError(f"export: weight {v.path} is not backed by a tf.Variable "
+                            "(KERAS_BACKEND must be tensorflow)")
+        out.append(value)
+    return out
 
 
 def find_encoder(model):

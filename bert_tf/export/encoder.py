@@ -3,6 +3,7 @@
   - `__call__(inputs)`: dict `input_word_ids`, `input_mask`, `input_type_ids` int32 [batch, seq]
     (both dims dynamic) -> dict `pooled_output` [B, H], `sequence_output` [B, S, H],
     `encoder_outputs` (list of the L layers' [B, S, H]); float32, dropout off.
+  - `serve`: alias of `__call__` (the endpoint `keras.layers.TFSMLayer(path)` calls by default);
   - signature `serving_default`: the same inputs; `encoder_outputs` stacked batch-major to
     [B, L, S, H] (signature outputs must be flat tensors sharing the batch dimension).
 """
@@ -23,7 +24,9 @@ class EncoderModule(tf.Module):
         common.ensure_built(model)
         self._model = common.Ref(model)
         self._cfg = cfg
-        self.model_variables = list(model.weights)
+        self.model_variables = common.tf_variables(model)
+        # keras.layers.TFSMLayer's default endpoint name.
+        self.serve = self.__call__
 
     def encode(self, inputs):
         cfg = self._cfg
@@ -42,7 +45,7 @@ class EncoderModule(tf.Module):
         return self.encode(inputs)
 
     @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
-    def serve(self, input_word_ids, input_mask, input_type_ids):
+    def serve_flat(self, input_word_ids, input_mask, input_type_ids):
         out = self.encode({"input_word_ids": input_word_ids, "input_mask": input_mask,
                            "input_type_ids": input_type_ids})
         return {"pooled_output": out["pooled_output"],
@@ -59,5 +62,5 @@ def export_encoder(encoder_or_model, export_dir):
     module = EncoderModule(encoder_or_model)
     metadata = {"format": common.FORMAT, "kind": "encoder",
                 **common.model_metadata(module._model.obj)}
-    signatures = {"serving_default": module.serve.get_concrete_function()}
+    signatures = {"serving_default": module.serve_flat}
     return common.write_saved_model(module, export_dir, signatures, metadata)

@@ -5,7 +5,8 @@ Signatures (all outputs batch-major, so TF Serving's REST "instances" format wor
   serving_pairs(text: string [B], text_b: [B]) sentence pairs / (question, context) for `span`
   predict_ids(input_word_ids, input_mask, input_type_ids: int32 [B, S])  pre-tokenized input
   preprocess(text) -> the three int32 inputs (what serving_default feeds the model)
-`__call__(text)` is serving_default as a plain function (for keras.layers.TFSMLayer).
+`__call__(text)` (alias `serve`, keras.layers.TFSMLayer's default endpoint) is serving_default
+as a plain function.
 
 Outputs per task (B batch, S sequence, M max_masks, K top_k):
   embeddings     pooled_output [B, H], sequence_output [B, S, H]
@@ -95,7 +96,7 @@ class EndToEndModule(tf.Module):
             model, "encoder") else model
         common.ensure_built(core)
         self._core = common.Ref(core)
-        self.model_variables = list(core.weights)
+        self.model_variables = common.tf_variables(core)
         self._cfg = cfg
         self.task = task
         self._seq_length = int(seq_length)
@@ -108,6 +109,13 @@ class EndToEndModule(tf.Module):
         # table beyond the vocab file map to "".
         tokens = tokenization.vocab_tokens(vocab_file)
         self._vocab_tokens = common.Ref(tokens + [""] * (cfg.vocab_size - len(tokens)))
+        # Tokenizer and model are traced once each and called from every signature (a trace
+        # of either costs ~0.5 s even for a tiny model); Refs keep them off the object graph.
+        self._tokenize_fn = common.Ref(tf.function(self._tokenize, autograph=False))
+        self._ids_fn = common.Ref(tf.function(self._text_to_ids, autograph=False))
+        self._outputs_fn = common.Ref(tf.function(self._outputs, autograph=False))
+        # keras.layers.TFSMLayer's default endpoint name.
+        self.serve = self.__call__
 
     @property
     def seq_length(self):
@@ -130,7 +138,8 @@ class EndToEndModule(tf.Module):
         index_in_row = tf.ragged.range(lengths).flat_values
         not_last = index_in_row < tf.repeat(lengths, lengths) - 1
         masks = tf.RaggedTensor.from_row_lengths(
-            tf.fill([tf.reduce_sum(tf.cast(not_last, tf.int64))], tf.constant(tok.mask_id, tf.int64)),
+            tf.fill([tf.reduce_sum(tf.cast(not_last, tf.int64))],
+                    tf.constant(tok.mask_id, tf.int64)),
             tf.cast(not_last, tf.int64))
         joined = tf.concat([pieces, masks], axis=1)
         return tf.RaggedTensor.from_row_splits(joined, parts.row_splits).merge_dims(1, 2)
@@ -142,10 +151,11 @@ class EndToEndModule(tf.Module):
 
     def _text_to_ids(self, text, text_b=None):
         text = check_text(text, "text")
+        tokenize = self._tokenize_fn.obj
         if text_b is None:
-            return self._pack([self._tokenize(text)])
+            return self._pack([tokenize(text)])
         text, text_b = check_same_batch(text, check_text(text_b, "text_b"))
-        return self._pack([self._tokenize(text), self._tokenize(text_b)])
+        return self._pack([tokenize(text), tokenize(text_b)])
 
     # -- ids -> task outputs -----------------------------------------------------------------
     def _token_strings(self, ids, mask):
@@ -171,7 +181,8 @@ class EndToEndModule(tf.Module):
             logits = tf.cast(out["logits"], tf.float32)
             label_id = tf.argmax(logits, axis=-1, output_type=tf.int32)
             return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
-                    "label_id": label_id, "label": tf.gather(tf.constant(self._labels.obj), label_id)}
+                    "label_id": label_id,
+                    "label": tf.gather(tf.constant(self._labels.obj), label_id)}
         if task == "tagging":
             logits = tf.cast(out["logits"], tf.float32)
             mask = inputs["input_mask"]
@@ -235,26 +246,26 @@ class EndToEndModule(tf.Module):
     # -- exported functions ------------------------------------------------------------------
     @tf.function(input_signature=[_TEXT], autograph=False)
     def __call__(self, text):
-        return self._outputs(self._text_to_ids(text))
+        return self._outputs_fn.obj(self._ids_fn.obj(text))
 
     @tf.function(input_signature=[_TEXT, _TEXT_B], autograph=False)
     def serve_pairs(self, text, text_b):
-        return self._outputs(self._text_to_ids(text, text_b))
+        return self._outputs_fn.obj(self._ids_fn.obj(text, text_b))
 
     @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
     def predict_ids(self, input_word_ids, input_mask, input_type_ids):
-        return self._outputs({"input_word_ids": input_word_ids, "input_mask": input_mask,
-                              "input_type_ids": input_type_ids})
+        return self._outputs_fn.obj({"input_word_ids": input_word_ids, "input_mask": input_mask,
+                                     "input_type_ids": input_type_ids})
 
     @tf.function(input_signature=[_TEXT], autograph=False)
     def preprocess(self, text):
-        return self._text_to_ids(text)
+        return self._ids_fn.obj(text)
 
     def signatures(self):
-        return {"serving_default": self.__call__.get_concrete_function(),
-                "serving_pairs": self.serve_pairs.get_concrete_function(),
-                "predict_ids": self.predict_ids.get_concrete_function(),
-                "preprocess": self.preprocess.get_concrete_function()}
+        # tf.functions, not concrete functions: saving traces in its own context (the cache
+        # key includes the save options), so tracing here first would trace everything twice.
+        return {"serving_default": self.__call__, "serving_pairs": self.serve_pairs,
+                "predict_ids": self.predict_ids, "preprocess": self.preprocess}
 
     def metadata(self):
         tok = self.tokenizer

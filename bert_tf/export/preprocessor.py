@@ -1,7 +1,7 @@
 """TF Hub-style BERT preprocessor SavedModel: raw strings -> encoder inputs, in-graph.
 
 The exported object has (TF Hub / Model Garden convention):
-  - `__call__(text)` and signature `serving_default(text)`: string [batch] -> int32
+  - `__call__(text)` (alias `serve`) and signature `serving_default(text)`: string [batch] -> int32
     `input_word_ids`, `input_mask`, `input_type_ids` [batch, seq_length];
   - signature `serving_pairs(text, text_b)`: the same for sentence pairs;
   - `tokenize(text)`: int64 RaggedTensor [batch, words, pieces];
@@ -54,11 +54,16 @@ class BertPreprocessor(tf.Module):
         self._seq_length = int(seq_length)
         tok = self.tokenizer
         self._special = (tok.cls_id, tok.sep_id, tok.pad_id)
+        # One trace of the tokenizer, called from every function (a Ref keeps it off the
+        # saved object graph).
+        self._tokenize_fn = common.Ref(tf.function(
+            lambda text: tok.tokenize(check_text(text, "text")), autograph=False))
 
         def bert_pack_inputs(inputs, seq_length=self._seq_length):
             return self.pack(inputs, seq_length)
 
         self.bert_pack_inputs = tf.function(bert_pack_inputs, autograph=False)
+        self.serve = self.__call__  # keras.layers.TFSMLayer's default endpoint name
         # Trace every packing variant now so they are all saved (each trace is ~1.5k ops).
         self.pack_seq_lengths = tuple(sorted({self._seq_length, *extra_pack_seq_lengths}))
         for n in self.pack_seq_lengths:
@@ -77,16 +82,16 @@ class BertPreprocessor(tf.Module):
 
     @tf.function(input_signature=[_TEXT], autograph=False)
     def tokenize(self, text):
-        return self.tokenizer.tokenize(check_text(text, "text"))
+        return self._tokenize_fn.obj(text)
 
     @tf.function(input_signature=[_TEXT], autograph=False)
     def __call__(self, text):
-        return self.pack([self.tokenizer.tokenize(check_text(text, "text"))])
+        return self.pack([self._tokenize_fn.obj(text)])
 
     @tf.function(input_signature=[_TEXT, _TEXT_B], autograph=False)
     def serve_pairs(self, text, text_b):
         a, b = check_same_batch(check_text(text, "text"), check_text(text_b, "text_b"))
-        return self.pack([self.tokenizer.tokenize(a), self.tokenizer.tokenize(b)])
+        return self.pack([self._tokenize_fn.obj(a), self._tokenize_fn.obj(b)])
 
 
 def export_preprocessor(vocab_file, do_lower_case, export_dir, seq_length=128,
@@ -101,6 +106,6 @@ def export_preprocessor(vocab_file, do_lower_case, export_dir, seq_length=128,
                         "mask": tok.mask_id, "unk": tok.unk_id},
         "pack_seq_lengths": list(module.pack_seq_lengths),
     }
-    signatures = {"serving_default": module.__call__.get_concrete_function(),
-                  "serving_pairs": module.serve_pairs.get_concrete_function()}
+    # tf.functions, not concrete functions: saving retraces in its own context anyway.
+    signatures = {"serving_default": module.__call__, "serving_pairs": module.serve_pairs}
     return common.write_saved_model(module, export_dir, signatures, metadata)
