@@ -2,6 +2,15 @@
 
 The original's flags and defaults, plus the TF2 ones (--strategy, --mixed_precision, ...).
 Restarting with the same --output_dir resumes from its latest checkpoint. See bert_tf.training.
+
+Several machines (--strategy=multi_worker): run the same command on every host, each with
+TF_CONFIG naming the cluster and its own task, e.g. on the second of two hosts
+  TF_CONFIG='{"cluster": {"worker": ["host1:12345", "host2:12345"]},
+              "task": {"type": "worker", "index": 1}}'
+--train_batch_size is the global batch; --output_dir (and --input_file) must be storage all
+hosts see (gs://...). Worker 0 writes checkpoints, summaries and the export; each worker reads
+its share of the input files. If a worker dies the others stop with an error; restart all of
+them to resume. TPU pod slices: --use_tpu --tpu_name=<pod name>.
 """
 import sys
 
@@ -59,7 +68,8 @@ flags.DEFINE_bool("dynamic_masking", False, "Re-mask every example each time it 
 flags.DEFINE_integer("mask_id", 103, "Id of [MASK] for --dynamic_masking (103 in Google's "
                      "released vocabularies).")
 flags.DEFINE_string("export_dir", None, "Where to export the encoder SavedModel after training "
-                    "(default: <output_dir>/export).")
+                    "(default: <output_dir>/export). Without --do_train/--do_eval: only export "
+                    "the latest checkpoint in --output_dir there.")
 flags.DEFINE_integer("seed", None, "Random seed (weights, data order, masks); default: random, "
                      "kept in the checkpoint so a resumed run sees the same data stream.")
 

@@ -4,13 +4,19 @@
   "one_device"   the first GPU, else the CPU
   "mirrored"     all local GPUs; without GPUs the logical CPU devices when there are several
                  (tests split the CPU in two), else the CPU
-  "multi_worker" MultiWorkerMirroredStrategy (cluster from TF_CONFIG)
+  "multi_worker" MultiWorkerMirroredStrategy; one process per host, the cluster and this
+                 process's task from the TF_CONFIG environment variable, e.g.
+                 {"cluster": {"worker": ["host1:12345", "host2:12345"]},
+                  "task": {"type": "worker", "index": 0}}
+                 (worker 0, or a "chief" task, writes checkpoints, summaries and exports)
   "tpu"          TPUClusterResolver(tpu, zone, project) -> connect -> initialize -> TPUStrategy
   "auto"         tpu is never guessed; "mirrored" when there are several GPUs, else "one_device"
 The training loop is written once against `tf.distribute.Strategy`, so every name runs the same
 code path.
 """
 import glob
+import itertools
+import json
 import os
 
 import keras
@@ -45,6 +51,46 @@ def _tpu_strategy(tpu_name=None, tpu_zone=None, gcp_project=None):
         raise BertError(f"--tpu_name={tpu}: cannot use the TPU ({msg})") from None
 
 
+# TF keys every collective all-reduce by (group key, instance key) and caches each key's shape for
+# the life of the process, while every Mirrored/MultiWorkerMirrored strategy numbers its keys from
+# 1. A second strategy in the same process (fine-tuning after pre-training, a notebook re-run, a
+# test suite) that all-reduces another shape under a reused key aborts with "Shape mismatch in
+# the collective instance 100". Each strategy built here gets its own block of group keys.
+_KEY_BLOCK = 1000
+_key_blocks = itertools.count(1)
+
+
+class _MirroredStrategy(tf.distribute.MirroredStrategy):
+    def __init__(self, devices=None, cross_device_ops=None):
+        self._collective_key_base = next(_key_blocks) * _KEY_BLOCK  # read by the extended
+        super().__init__(devices, cross_device_ops)
+
+
+class _MultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    def __init__(self, cluster_resolver=None, communication_options=None):
+        # All workers build their strategies in the same order, so the keys agree across them.
+        self._collective_key_base = next(_key_blocks) * _KEY_BLOCK
+        super().__init__(cluster_resolver, communication_options)
+
+
+def _check_tf_config():
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        raise BertError("--strategy=multi_worker: TF_CONFIG is not set (it names the cluster's "
+                        "workers and this process's task)")
+    try:
+        conf = json.loads(raw)
+        cluster, task = conf["cluster"], conf["task"]
+        members = cluster[task["type"]]
+        index = int(task["index"])
+        if not 0 <= index < len(members):
+            raise IndexError(index)
+    except (ValueError, KeyError, TypeError, IndexError):
+        raise BertError("TF_CONFIG: expected JSON {\"cluster\": {\"worker\": [\"host:port\", "
+                        "...]}, \"task\": {\"type\": \"worker\", \"index\": i}} with the task "
+                        "in the cluster") from None
+
+
 def _mirrored_devices():
     gpus = tf.config.list_logical_devices("GPU")
     if gpus:
@@ -63,11 +109,18 @@ def get_strategy(name="one_device", tpu_name=None, tpu_zone=None, gcp_project=No
     if name == "tpu":
         return _tpu_strategy(tpu_name, tpu_zone, gcp_project)
     if name == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        _check_tf_config()
+        return _MultiWorkerMirroredStrategy()
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy(devices=_mirrored_devices())
+        return _MirroredStrategy(devices=_mirrored_devices())
     gpus = tf.config.list_logical_devices("GPU")
     return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+
+
+def is_chief(strategy):
+    """True for the process that writes checkpoints, summaries and exports (always, except on
+    the non-chief workers of a multi-worker cluster)."""
+    return bool(strategy.extended.should_checkpoint)
 
 
 def set_mixed_precision(precision="none"):

@@ -17,12 +17,20 @@ One code path for every strategy (TPU, mirrored GPUs/CPUs, multi-worker, one dev
 * Checkpoints (tf.train.CheckpointManager, `model.ckpt-<step>` in output_dir) hold the model,
   the optimizer, `global_step`, the data seed and the dropout RNG states. A restart resumes from the latest one: the
   input pipeline is seeded and deterministic, and skips the batches consumed so far.
+* Multi-worker (MultiWorkerMirroredStrategy, TF_CONFIG): the same loop; each worker reads its own
+  share of the input files; every worker restores from output_dir (shared storage such as gs://),
+  only the chief writes checkpoints, summaries, eval_results.txt and exports (the others save to
+  a local temporary directory that is deleted, since saving may need every worker). A lost
+  worker aborts the collectives and ends the job with one error line instead of hanging.
 """
 import dataclasses
 import logging
 import os
 import posixpath
 import random
+import re
+import shutil
+import tempfile
 import time
 
 import keras
@@ -30,6 +38,7 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.config import BertConfig
+from bert_tf.distribute import is_chief
 from bert_tf.input_pipeline import list_files, pretraining_dataset
 from bert_tf.models import BertPretrainer, build_model
 from bert_tf.optimization import create_optimizer
@@ -93,6 +102,22 @@ def pretraining_losses(outputs, batch, mlm_weight_total, global_batch_size):
              "nsp_correct": tf.reduce_sum(nsp_hit),
              "examples": tf.cast(tf.shape(nsp_labels)[0], tf.float32)}
     return loss, stats
+
+
+def _worker_failure(error):
+    """The gist of a collective failure: which tasks stopped, else the abort reason."""
+    text = str(getattr(error, "message", "") or error)
+    if "unhealthy" in text or "heartbeat" in text:
+        tasks = sorted(set(re.findall(r"/job:\w+/replica:\d+/task:\d+", text)))
+        if tasks:
+            return f"{', '.join(tasks)} stopped sending heartbeats"
+    for line in text.splitlines():
+        if "aborted by:" in line:
+            return line.split("aborted by:", 1)[1].strip()[:300]
+        if "Connection reset" in line or "Socket closed" in line:
+            return line.strip()[:300]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(error).__name__)[:300]
 
 
 def summarize(totals, steps):
@@ -167,6 +192,7 @@ class PretrainingRunner:
         self.options = o = options or PretrainingOptions()
         self.strategy = strategy or tf.distribute.get_strategy()
         n = self.strategy.num_replicas_in_sync
+        self.is_chief = is_chief(self.strategy)
         self._check_options(n)
         self.per_replica_batch = o.train_batch_size // n
         self.per_replica_eval_batch = o.eval_batch_size // n
@@ -301,8 +327,10 @@ class PretrainingRunner:
                 return (i + 1, [a + b for a, b in zip(acc_g, g)],
                         {key: acc_s[key] + s[key] for key in STAT_KEYS})
 
+            # One micro-batch at a time: running them in parallel would undo the memory saving.
             _, grads, stats = tf.while_loop(lambda i, *_: i < k, body,
-                                            (tf.constant(0), zeros_g, zeros_s))
+                                            (tf.constant(0), zeros_g, zeros_s),
+                                            parallel_iterations=1)
         if n > 1:
             grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         self.optimizer.apply(grads, self.model.trainable_variables)
@@ -322,11 +350,37 @@ class PretrainingRunner:
                         tf.distribute.ReduceOp.SUM, stats[key], axis=None) for key in STAT_KEYS}
 
                 totals = {key: tf.zeros((), tf.float32) for key in STAT_KEYS}
-                _, totals = tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0), totals))
+                # Steps are sequential anyway (each reads the last one's weights); letting the
+                # executor start later iterations early only contends for the cores.
+                _, totals = tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0), totals),
+                                          parallel_iterations=1)
                 return totals
 
             self._train_loop_fn = loop
         return self._train_loop_fn(iterator, tf.convert_to_tensor(steps, tf.int32))
+
+    def save(self):
+        """Checkpoint `model.ckpt-<step>` into output_dir (chief); returns its path or None."""
+        step = int(self.global_step.numpy())
+        if self.is_chief:
+            return self.manager.save(checkpoint_number=step)
+        tmp = tempfile.mkdtemp(prefix="bert_tf-worker-ckpt-")
+        try:
+            self.checkpoint.write(os.path.join(tmp, "model.ckpt"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return None
+
+    def _run_loop(self, iterator, steps):
+        try:
+            return {k: float(v) for k, v in self.train_loop(iterator, steps).items()}
+        except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                tf.errors.CancelledError, tf.errors.AbortedError) as e:
+            if getattr(self.strategy.extended, "_num_workers", 1) <= 1:
+                raise
+            raise BertError(f"--strategy=multi_worker: lost contact with another worker at "
+                            f"step {int(self.global_step.numpy())} ({_worker_failure(e)}); "
+                            "restart all workers to resume from the latest checkpoint") from None
 
     def learning_rate(self):
         lr = self.inner_optimizer.learning_rate
@@ -343,13 +397,14 @@ class PretrainingRunner:
             return []
         iterator = iter(self._dataset(input_file, is_training=True))
         if writer is None:
-            writer = tf.summary.create_file_writer(self.output_dir)
+            writer = (tf.summary.create_file_writer(self.output_dir) if self.is_chief
+                      else tf.summary.create_noop_writer())
         history = []
         while step < target:
             n = min(o.iterations_per_loop, target - step,
                     o.save_checkpoints_steps - step % o.save_checkpoints_steps)
             start = time.perf_counter()
-            totals = {k: float(v) for k, v in self.train_loop(iterator, n).items()}
+            totals = self._run_loop(iterator, n)
             elapsed = time.perf_counter() - start
             step = int(self.global_step.numpy())
             m = summarize(totals, n)
@@ -367,7 +422,7 @@ class PretrainingRunner:
                      m["masked_lm_loss"], m["masked_lm_accuracy"], m["next_sentence_loss"],
                      m["next_sentence_accuracy"], m["learning_rate"], m["examples_per_second"])
             if step % o.save_checkpoints_steps == 0 or step == target:
-                self.manager.save(checkpoint_number=step)
+                self.save()
         writer.flush()
         return history
 
@@ -406,6 +461,8 @@ class PretrainingRunner:
                             f"{self.options.eval_batch_size} examples to evaluate")
         results = summarize(totals, steps)
         results["global_step"] = int(self.global_step.numpy())
+        if not self.is_chief:
+            return results
         write_eval_results(posixpath.join(self.output_dir, "eval_results.txt"), results)
         writer = tf.summary.create_file_writer(posixpath.join(self.output_dir, "eval"))
         with writer.as_default(step=results["global_step"]):
@@ -417,32 +474,48 @@ class PretrainingRunner:
         return results
 
     def export(self, export_dir=None):
+        """Encoder SavedModel into export_dir (default output_dir/export); None on non-chiefs."""
         export_dir = export_dir or posixpath.join(self.output_dir, "export")
-        return export_encoder(self.model.encoder, export_dir)
+        if self.is_chief:
+            return export_encoder(self.model.encoder, export_dir)
+        tmp = tempfile.mkdtemp(prefix="bert_tf-worker-export-")
+        try:
+            export_encoder(self.model.encoder, os.path.join(tmp, "export"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return None
 
 
 def run_pretraining(bert_config_file, input_file, output_dir, do_train=False, do_eval=False,
                     export_dir=None, strategy=None, options=None):
     """What run_pretraining.py does: train and/or evaluate; export the encoder after training.
 
+    Without do_train/do_eval but with export_dir it is the separate export step: the latest
+    checkpoint in output_dir (else --init_checkpoint) is exported to export_dir.
     Returns {"train": [per-loop metrics], "eval": results or None, "export_dir": path or None}.
     """
     if not bert_config_file:
         raise BertError("--bert_config_file: required")
-    if not input_file:
-        raise BertError("--input_file: required")
     if not output_dir:
         raise BertError("--output_dir: required")
-    if not do_train and not do_eval:
-        raise BertError("--do_train/--do_eval: at least one must be set")
+    if not do_train and not do_eval and not export_dir:
+        raise BertError("--do_train/--do_eval/--export_dir: at least one must be set")
+    if (do_train or do_eval) and not input_file:
+        raise BertError("--input_file: required")
     config = BertConfig.from_json_file(bert_config_file)
-    list_files(input_file)
+    if do_train or do_eval:
+        list_files(input_file)
     tf.io.gfile.makedirs(output_dir)
     runner = PretrainingRunner(config, output_dir, options, strategy)
-    runner.restore()
+    restored = runner.restore()
     out = {"train": [], "eval": None, "export_dir": None}
     if do_train:
         out["train"] = runner.train(input_file)
+        out["export_dir"] = runner.export(export_dir)
+    elif export_dir:
+        if restored == "fresh":
+            raise BertError(f"--output_dir={output_dir}: no checkpoint to export (and no "
+                            "--init_checkpoint)")
         out["export_dir"] = runner.export(export_dir)
     if do_eval:
         out["eval"] = runner.evaluate(input_file)

@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError
+from bert_tf.distribute import get_strategy
 from bert_tf.optimization import WarmupLinearDecay, create_optimizer
 
 
@@ -139,7 +140,7 @@ def test_weight_decay_exclusions_on_the_pretrainer(tiny_config):
 
 def test_replica_gradients_are_summed_before_clipping():
     """Two replicas' gradients are summed, then the *sum* is clipped (not each share)."""
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = get_strategy("mirrored")
     assert strategy.num_replicas_in_sync == 2
     init = np.array([0.5, -1.0, 2.0], np.float32)
     shares = [np.array([0.6, 0.0, 0.0], np.float32), np.array([0.0, 0.7, 0.2], np.float32)]

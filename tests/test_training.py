@@ -11,10 +11,10 @@ import bert_tf
 import keras
 import tensorflow as tf
 
-from bert_tf.distribute import set_mixed_precision
+from bert_tf.distribute import get_strategy, set_mixed_precision
 from bert_tf.models import BertPretrainer, build_model
 from bert_tf.training import (EVAL_KEYS, PretrainingOptions, PretrainingRunner,
-                              run_pretraining)
+                              run_pretraining, summarize)
 from conftest import TWO_CPUS, tiny_bert_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,7 +84,15 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, records):
     assert values["global_step"] == 50 and lines[0] == "global_step = 50"
     assert 0 < values["masked_lm_accuracy"] <= 1 and 0 < values["next_sentence_loss"] < 2
     assert not [p for p in os.listdir(out) if ".tmp" in p]
-    assert any(p.startswith("events.out.tfevents") for p in os.listdir(out))
+    events = [p for p in os.listdir(out) if p.startswith("events.out.tfevents")]
+    assert len(events) == 1
+    tags = {}
+    for event in tf.compat.v1.train.summary_iterator(str(out / events[0])):
+        for v in event.summary.value:
+            tags.setdefault(v.tag, []).append(event.step)
+    assert sorted(tags) == ["examples_per_second", "learning_rate", "loss", "masked_lm_accuracy",
+                            "masked_lm_loss", "next_sentence_accuracy", "next_sentence_loss"]
+    assert tags["loss"] == [10, 20, 25, 35, 45, 50]
     # --init_checkpoint from that output_dir, and the exported encoder, hold the trained weights.
     init = PretrainingRunner(tiny_bert_config(dropout=0.1), str(tmp_path / "init"),
                              _options(init_checkpoint=str(out)))
@@ -96,6 +104,19 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, records):
     np.testing.assert_allclose(got, want, atol=1e-5)
     fresh = build_model(BertPretrainer(tiny_bert_config(dropout=0.1)))
     assert not np.allclose(fresh.encoder(ids)["pooled_output"].numpy(), want, atol=1e-3)
+
+
+def test_init_checkpoint_accepts_an_original_tf1_checkpoint(tmp_path):
+    from bert_tf.checkpoints import save_tf1_checkpoint
+    source = build_model(BertPretrainer(tiny_bert_config()))
+    for v in source.encoder.weights:  # recognisable values, unlike a fresh initialisation
+        v.assign(np.random.default_rng(len(v.path)).normal(size=v.shape).astype("float32"))
+    prefix = save_tf1_checkpoint(source, str(tmp_path / "tf1" / "bert_model.ckpt"))
+    runner = PretrainingRunner(tiny_bert_config(), str(tmp_path / "out"),
+                               _options(init_checkpoint=prefix))
+    assert runner.restore() == "initialized"
+    for a, b in zip(source.encoder.weights, runner.model.encoder.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
 
 
 def _ids_batch():
@@ -152,7 +173,7 @@ def test_eval_metrics_match_an_eager_computation(tmp_path, records):
 @pytest.mark.skipif(not TWO_CPUS, reason="TensorFlow was initialised before conftest split the CPU")
 def test_two_replicas_match_one_device(tmp_path, records, reference):
     one, h1 = reference
-    two = _runner(tmp_path, "two", strategy=tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+    two = _runner(tmp_path, "two", strategy=get_strategy("mirrored"))
     assert two.strategy.num_replicas_in_sync == 2
     h2 = two.train(records[0], until_step=3)
     np.testing.assert_allclose(_losses(h1), _losses(h2), rtol=0, atol=1e-4)
@@ -160,19 +181,44 @@ def test_two_replicas_match_one_device(tmp_path, records, reference):
         np.testing.assert_allclose(v1.numpy(), v2.numpy(), atol=2e-5, err_msg=v1.path)
 
 
+@pytest.mark.skipif(not TWO_CPUS, reason="TensorFlow was initialised before conftest split the CPU")
+def test_strategies_in_one_process_use_distinct_collective_keys():
+    # Plain tf.distribute.MirroredStrategy objects all start at the same collective keys, and TF
+    # caches a key's shape: the second all-reduce below would abort with "Shape mismatch in the
+    # collective instance 100" (the CI failure of test_two_replicas_match_one_device).
+    def all_reduce_ones(strategy, shape):
+        @tf.function
+        def fn():
+            return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
+                "sum", tf.ones(shape)))
+        return strategy.experimental_local_results(fn())[0].numpy()
+
+    np.testing.assert_array_equal(all_reduce_ones(get_strategy("mirrored"), [3]), [2, 2, 2])
+    np.testing.assert_array_equal(all_reduce_ones(get_strategy("mirrored"), [1]), [2])
+
+
 def test_resume_continues_with_identical_losses(tmp_path, records):
     pattern, _ = records
     config = tiny_bert_config(dropout=0.1)  # dropout RNG state is part of the checkpoint
     kw = dict(num_train_steps=4, save_checkpoints_steps=2)
-    full = _runner(tmp_path, "full", config, **kw).train(pattern)
-    first = _runner(tmp_path, "resumed", config, **kw).train(pattern, until_step=2)
-    assert tf.train.latest_checkpoint(str(tmp_path / "resumed")).endswith("model.ckpt-2")
-    resumed = _runner(tmp_path, "resumed", config, **dict(kw, seed=123))  # seed from checkpoint
+    # The uninterrupted run: one iterator for all 4 steps, checkpointed after step 2.
+    run = _runner(tmp_path, "run", config, **kw)
+    iterator = iter(run._dataset(pattern, is_training=True))
+    full = []
+    for step in range(4):
+        full.append(summarize({k: float(v) for k, v in run.train_loop(iterator, 1).items()},
+                              1)["loss"])
+        if step == 1:
+            run.save()
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith("model.ckpt-2")
+    # A restart in that output_dir (with another --seed: the checkpoint's wins) continues it.
+    resumed = _runner(tmp_path, "run", config, **dict(kw, seed=123))
     assert int(resumed.global_step.numpy()) == 2
     assert int(resumed.inner_optimizer.iterations.numpy()) == 2
     rest = resumed.train(pattern)
-    assert [m["step"] for m in first + rest] == [1, 2, 3, 4]
-    np.testing.assert_allclose(_losses(first + rest), _losses(full), rtol=0, atol=1e-6)
+    assert [m["step"] for m in rest] == [3, 4]
+    np.testing.assert_allclose(_losses(rest), full[2:], rtol=0, atol=1e-6)
+    assert full[2] != full[3]
 
 
 def test_gradient_accumulation_equals_one_batch(tmp_path, records, reference):
@@ -244,7 +290,14 @@ def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, records):
                    "devices)"),
         "nothing to do": ([f"--bert_config_file={config}", f"--input_file={pattern}",
                            f"--output_dir={tmp_path / 'o3'}"],
-                          "error: --do_train/--do_eval: at least one must be set"),
+                          "error: --do_train/--do_eval/--export_dir: at least one must be set"),
+        "export only": ([f"--bert_config_file={config}", f"--output_dir={tmp_path / 'out'}",
+                         f"--export_dir={tmp_path / 'exported'}", "--max_seq_length=32"],
+                        "no error"),
+        "nothing to export": ([f"--bert_config_file={config}", f"--output_dir={tmp_path / 'o4'}",
+                               f"--export_dir={tmp_path / 'e4'}", "--max_seq_length=32"],
+                              f"error: --output_dir={tmp_path / 'o4'}: no checkpoint to export "
+                              "(and no --init_checkpoint)"),
     }
     driver = (
         "import sys, json\n"
@@ -274,6 +327,11 @@ def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, records):
     lines = (tmp_path / "out" / "eval_results.txt").read_text().splitlines()
     assert lines[0] == "global_step = 2" and len(lines) == len(EVAL_KEYS)
     assert (tmp_path / "out" / "export" / "saved_model.pb").exists()
+    # The separate export step wrote the same encoder (from the step-2 checkpoint).
+    ids = _ids_batch()
+    outputs = [tf.saved_model.load(str(d)).signatures["serving_default"](**ids)["pooled_output"]
+               for d in (tmp_path / "out" / "export", tmp_path / "exported")]
+    np.testing.assert_array_equal(outputs[0].numpy(), outputs[1].numpy())
     assert "masked_lm_accuracy = " in res.stdout
     # The real entry point: one line on stderr, exit status 1.
     bad = _cli([f"--bert_config_file={tmp_path / 'nope.json'}"] + common, tmp_path)
