@@ -85,11 +85,8 @@ class BertConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     def to_json_file(self, path):
-        import tensorflow as tf
-        tmp = path + ".tmp"
-        with tf.io.gfile.GFile(tmp, "w") as f:
-            f.write(self.to_json_string())
-        tf.io.gfile.rename(tmp, path, overwrite=True)
+        from bert_tf import fileio
+        fileio.write_text_atomic(path, self.to_json_string())
 
     def __eq__(self, other):
         return isinstance(other, BertConfig) and self.to_dict() == other.to_dict()

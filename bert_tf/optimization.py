@@ -110,13 +110,12 @@ class _BertOptimizerMixin:
                 "clip_norm": self.clip_norm}
 
 
-@keras.saving.register_keras_serializable(package="bert_tf")
-class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
-    """The original BERT optimizer (see the module docstring for the exact update)."""
+class _AdamMoments(_BertOptimizerMixin, keras.optimizers.Optimizer):
+    """Shared state of AdamWeightDecay and Lamb: the hyper-parameters and the m/v slots."""
 
     def __init__(self, learning_rate=1e-3, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, clip_norm=1.0, exclude_from_weight_decay=DEFAULT_EXCLUDE,
-                 name="adam_weight_decay", **kwargs):
+                 name=None, **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self._bert_init(weight_decay_rate, exclude_from_weight_decay, clip_norm)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
@@ -127,17 +126,14 @@ class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
         super().build(var_list)
         self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
 
-    def update_step(self, gradient, variable, learning_rate):
-        lr = ops.cast(learning_rate, variable.dtype)
+    def _update_moments(self, gradient, variable):
+        """m, v after this step's update (the biased moments, as the original keeps them)."""
         g = ops.cast(tf.convert_to_tensor(gradient), variable.dtype)
         i = self._get_variable_index(variable)
         m, v = self._m[i], self._v[i]
         self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * g)
         self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(g))
-        update = m / (ops.sqrt(v) + self.epsilon)
-        if self.weight_decay_rate and self._use_weight_decay(variable):
-            update = update + self.weight_decay_rate * variable
-        self.assign_sub(variable, lr * update)
+        return m, v
 
     def get_config(self):
         config = super().get_config()
@@ -147,30 +143,32 @@ class AdamWeightDecay(_BertOptimizerMixin, keras.optimizers.Optimizer):
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
-class Lamb(_BertOptimizerMixin, keras.optimizers.Optimizer):
-    """LAMB with decay inside the trust-ratio update; excluded variables use plain Adam steps."""
+class AdamWeightDecay(_AdamMoments):
+    """The original BERT optimizer (see the module docstring for the exact update)."""
 
-    def __init__(self, learning_rate=1e-3, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-6, clip_norm=1.0, exclude_from_weight_decay=DEFAULT_EXCLUDE,
-                 name="lamb", **kwargs):
+    def __init__(self, learning_rate=1e-3, name="adam_weight_decay", **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        self._bert_init(weight_decay_rate, exclude_from_weight_decay, clip_norm)
-        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
-
-    def build(self, var_list):
-        if self.built:
-            return
-        super().build(var_list)
-        self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
 
     def update_step(self, gradient, variable, learning_rate):
         lr = ops.cast(learning_rate, variable.dtype)
-        g = ops.cast(tf.convert_to_tensor(gradient), variable.dtype)
+        m, v = self._update_moments(gradient, variable)
+        update = m / (ops.sqrt(v) + self.epsilon)
+        if self.weight_decay_rate and self._use_weight_decay(variable):
+            update = update + self.weight_decay_rate * variable
+        self.assign_sub(variable, lr * update)
+
+
+@keras.saving.register_keras_serializable(package="bert_tf")
+class Lamb(_AdamMoments):
+    """LAMB with decay inside the trust-ratio update; excluded variables use plain Adam steps."""
+
+    def __init__(self, learning_rate=1e-3, name="lamb", **kwargs):
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+
+    def update_step(self, gradient, variable, learning_rate):
+        lr = ops.cast(learning_rate, variable.dtype)
         t = ops.cast(self.iterations + 1, variable.dtype)
-        i = self._get_variable_index(variable)
-        m, v = self._m[i], self._v[i]
-        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * g)
-        self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(g))
+        m, v = self._update_moments(gradient, variable)
         m_hat = m / (1.0 - ops.power(ops.cast(self.beta_1, variable.dtype), t))
         v_hat = v / (1.0 - ops.power(ops.cast(self.beta_2, variable.dtype), t))
         update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
@@ -182,12 +180,6 @@ class Lamb(_BertOptimizerMixin, keras.optimizers.Optimizer):
             ratio = ops.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, 1.0)
             update = ratio * update
         self.assign_sub(variable, lr * update)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(self._bert_config(), beta_1=self.beta_1, beta_2=self.beta_2,
-                      epsilon=self.epsilon)
-        return config
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")

@@ -8,7 +8,7 @@ continuations, 200 chars per word at most, and `[UNK]` for a word with any unmat
 import collections
 import unicodedata
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 
 UNK, CLS, SEP, MASK, PAD = "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"
 REQUIRED_TOKENS = (UNK, CLS, SEP, MASK)
@@ -30,16 +30,7 @@ def convert_to_unicode(text):
 
 
 def _read_lines(vocab_file):
-    import tensorflow as tf  # gfile: gs:// vocab files work too
-    if not tf.io.gfile.exists(vocab_file):
-        raise BertError(f"{vocab_file}: vocab file not found")
-    with tf.io.gfile.GFile(vocab_file, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise BertError(f"{vocab_file}: line {line} is not valid UTF-8") from None
+    text = fileio.read_text(vocab_file, "vocab file not found")
     # Split on "\n" only: str.splitlines() would also split tokens containing U+2028, U+0085...
     lines = text.split("\n")
     if lines and lines[-1] == "":

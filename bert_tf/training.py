@@ -36,7 +36,7 @@ import time
 import keras
 import tensorflow as tf
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 from bert_tf.config import BertConfig
 from bert_tf.distribute import is_chief
 from bert_tf.input_pipeline import list_files, pretraining_dataset
@@ -131,13 +131,7 @@ def summarize(totals, steps):
             "next_sentence_accuracy": totals["nsp_correct"] / n}
 
 
-def write_eval_results(path, results):
-    """`key = value` lines, sorted by key (as the original), written atomically."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        for key in sorted(results):
-            f.write(f"{key} = {results[key]}\n")
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+write_eval_results = fileio.write_eval_results
 
 
 def _own_export_encoder(encoder, export_dir):

@@ -12,13 +12,12 @@ until the budget is spent or no pair occurs `min_frequency` times. Deterministic
 """
 import collections
 import heapq
-import os
 import re
 import sys
 import unicodedata
 
 import bert_tf  # noqa: F401
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 from bert_tf import tokenization
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -176,14 +175,7 @@ def learn_vocab_from_counts(word_counts, vocab_size, reserved_tokens=RESERVED_TO
 
 def write_vocab(tokens, output_file):
     """One token a line, written to a temp name and renamed into place."""
-    import tensorflow as tf
-    parent = os.path.dirname(output_file)
-    if parent and not tf.io.gfile.exists(parent):
-        tf.io.gfile.makedirs(parent)
-    tmp = f"{output_file}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write("".join(t + "\n" for t in tokens))
-    tf.io.gfile.rename(tmp, output_file, overwrite=True)
+    fileio.write_text_atomic(output_file, "".join(t + "\n" for t in tokens), make_parent=True)
 
 
 def learn_vocab(input_files, output_file, vocab_size=8000, do_lower_case=True,

@@ -6,13 +6,12 @@ version. Warm-up requests (`assets.extra/tf_serving_warmup_requests`, a TFRecord
 `PredictionLog`s holding real `PredictRequest`s) are replayed by the server at load time so the
 first client request does not pay for graph initialisation.
 """
-import os
 import re
 
 import bert_tf  # noqa: F401
 import tensorflow as tf
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 from bert_tf.export import common
 from bert_tf.export.end_to_end import EndToEndModule
 
@@ -89,7 +88,7 @@ def warmup_requests(module, model_name, texts=None, pairs=None):
 def write_warmup_file(path, requests):
     """TFRecord of PredictionLog(predict_log=PredictLog(request=...)) at path (atomically)."""
     _, prediction_log_pb2 = _serving_apis()
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = fileio.tmp_name(path)
     with tf.io.TFRecordWriter(tmp) as writer:
         for request in requests:
             log = prediction_log_pb2.PredictionLog(
@@ -185,9 +184,4 @@ def models_config_text(models):
 
 def write_models_config(path, models):
     """Writes models_config_text(models) to path atomically; returns path."""
-    text = models_config_text(models)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
-    return path
+    return fileio.write_text_atomic(path, models_config_text(models))

@@ -11,7 +11,6 @@ import dataclasses
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import masking
 from bert_tf.pretraining_data.schema import pad_features, serialize_example
-from bert_tf.pretraining_data.stats import Stats
 from bert_tf.tokenization import CLS, MASK, SEP
 
 

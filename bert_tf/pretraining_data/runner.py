@@ -2,7 +2,6 @@
 import dataclasses
 import hashlib
 import json
-import posixpath
 import random
 import re
 import sys

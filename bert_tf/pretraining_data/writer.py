@@ -2,11 +2,10 @@
 import os
 import posixpath
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 
 
-def tmp_name(path):
-    return f"{path}.tmp-{os.getpid()}"
+tmp_name = fileio.tmp_name
 
 
 def _gfile():
@@ -57,16 +56,7 @@ def rename_into_place(tmp, path):
     gfile.rename(tmp, path, overwrite=True)
 
 
-def write_text_atomic(path, text):
-    gfile, op_error = _gfile()
-    tmp = tmp_name(path)
-    try:
-        with gfile.GFile(tmp, "w") as f:
-            f.write(text)
-        gfile.rename(tmp, path, overwrite=True)
-    except op_error as e:
-        remove_quietly(tmp)
-        raise BertError(f"{path}: cannot write ({e.message})") from None
+write_text_atomic = fileio.write_text_atomic
 
 
 def read_text(path):

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 
 
 @dataclasses.dataclass
@@ -200,16 +200,7 @@ def get_processor(task_name, **kwargs):
 
 def read_tsv(path, skip_header=False):
     """[(line number, columns)] of a TSV file (no quote handling, as the original)."""
-    import tensorflow as tf  # gfile: gs:// data works
-    if not tf.io.gfile.exists(path):
-        raise BertError(f"{path}: data file not found (check --data_dir)")
-    with tf.io.gfile.GFile(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise BertError(f"{path}: line {line} is not valid UTF-8") from None
+    text = fileio.read_text(path, "data file not found (check --data_dir)")
     rows = []
     for n, line in enumerate(text.split("\n"), start=1):
         line = line.rstrip("\r")

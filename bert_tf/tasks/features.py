@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 from bert_tf.tasks.finetune import RunConfig
 
 _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
@@ -126,7 +126,7 @@ def run(cfg):
     else:
         finetune.log.warning("no --init_checkpoint: features of random weights")
     keys = [f"layer_{k}" for k in layers]
-    tmp = f"{cfg.output_file}.tmp-{os.getpid()}"
+    tmp = fileio.tmp_name(cfg.output_file)
     row = 0
     with tf.io.gfile.GFile(tmp, "w") as f:
         for out in tuner.predict_batches(arrays, cfg.batch_size, keys, desc="features"):

@@ -12,11 +12,10 @@ Feature arrays are dicts of NumPy arrays with a leading example axis: the encode
 import dataclasses
 import logging
 import math
-import os
 
 import numpy as np
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 
 log = logging.getLogger("bert_tf.tasks")
 
@@ -367,17 +366,8 @@ class Finetuner:
         return export_dir
 
 
-def write_results(path, results):
-    """`key = value` lines (sorted), as the original's eval_results.txt; atomic."""
-    write_text(path, "".join(f"{k} = {results[k]}\n" for k in sorted(results)))
-
-
-def write_text(path, text):
-    import tensorflow as tf
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+write_results = fileio.write_eval_results
+write_text = fileio.write_text_atomic
 
 
 def softmax(x, axis=-1):

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 from bert_tf.tasks.finetune import RunConfig
 
 log = logging.getLogger("bert_tf.tasks")
@@ -32,16 +32,7 @@ class Sentence:
 
 def read_conll(path):
     """Sentences of a CoNLL file (words and their last-column tags)."""
-    import tensorflow as tf
-    if not tf.io.gfile.exists(path):
-        raise BertError(f"{path}: data file not found (check --data_dir)")
-    with tf.io.gfile.GFile(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise BertError(f"{path}: line {line} is not valid UTF-8") from None
+    text = fileio.read_text(path, "data file not found (check --data_dir)")
     sentences, words, tags, lines = [], [], [], []
 
     def flush():
