@@ -58,11 +58,11 @@ flags.DEFINE_string("bert_config_file", TINY_CONFIG, "Model shape (vocab_size is
 flags.DEFINE_integer("max_seq_length", 64, "Sequence length of the pre-training examples.")
 flags.DEFINE_integer("max_predictions_per_seq", 10, "Masked positions per example.")
 flags.DEFINE_integer("dupe_factor", 10, "Copies of the corpus with different masks.")
-flags.DEFINE_integer("train_steps", 300, "Pre-training steps.")
+flags.DEFINE_integer("train_steps", 1000, "Pre-training steps.")
 flags.DEFINE_integer("train_batch_size", 32, "Global batch size.")
 flags.DEFINE_float("learning_rate", 5e-4, "Peak learning rate (tiny model, tiny corpus; 1e-3 "
                    "stalls on the unigram plateau).")
-flags.DEFINE_integer("iterations_per_loop", 50, "Steps per loop (one console line each).")
+flags.DEFINE_integer("iterations_per_loop", 100, "Steps per loop (one console line each).")
 flags.DEFINE_integer("seed", 12345, "Seed of data generation and training.")
 
 
@@ -133,8 +133,8 @@ def parse_losses(train_log):
 
 def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
              do_lower_case=True, vocab_size=2000, bert_config_file=TINY_CONFIG,
-             max_seq_length=64, max_predictions_per_seq=10, dupe_factor=10, train_steps=300,
-             train_batch_size=32, learning_rate=5e-4, iterations_per_loop=50, seed=12345):
+             max_seq_length=64, max_predictions_per_seq=10, dupe_factor=10, train_steps=1000,
+             train_batch_size=32, learning_rate=5e-4, iterations_per_loop=100, seed=12345):
     """Runs steps 1-6; returns a dict of paths and the per-loop training losses."""
     start = time.time()
     os.makedirs(output_dir, exist_ok=True)
