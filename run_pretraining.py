@@ -18,6 +18,7 @@ from absl import app, flags, logging
 
 import bert_tf
 from bert_tf import BertError
+from bert_tf.script_flags import define_tpu_flags
 
 FLAGS = flags.FLAGS
 
@@ -45,13 +46,7 @@ flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save the mode
 flags.DEFINE_integer("iterations_per_loop", 1000, "How many steps to run in each call of the "
                      "compiled training loop.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
-flags.DEFINE_bool("use_tpu", False, "Whether to use TPU (same as --strategy=tpu).")
-flags.DEFINE_string("tpu_name", None, "The Cloud TPU to use for training.")
-flags.DEFINE_string("tpu_zone", None, "GCE zone where the Cloud TPU is located in.")
-flags.DEFINE_string("gcp_project", None, "Project name for the Cloud TPU-enabled project.")
-flags.DEFINE_string("master", None, "TPU address (used when --tpu_name is not given).")
-flags.DEFINE_integer("num_tpu_cores", 8, "Only used if `use_tpu` is True: the number of TPU cores "
-                     "expected (the strategy reports the real number).")
+define_tpu_flags()  # the original six: --use_tpu ... --num_tpu_cores
 
 # TF2 additions.
 flags.DEFINE_string("strategy", None, "one_device | mirrored | multi_worker | tpu | auto "
