@@ -26,7 +26,7 @@ import time
 from absl import app, flags
 
 import bert_tf  # noqa: F401
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_CORPUS = os.path.join(REPO, "tfrecords", "sample_corpus.txt")
@@ -98,8 +98,7 @@ def _run(argv, log_path=None):
         lines.append(line)
     output = "".join(lines)
     if log_path:
-        with open(log_path, "w", encoding="utf-8") as log:
-            log.write(output)
+        fileio.write_text_atomic(log_path, output)
     if proc.wait() != 0:
         step = next((a for a in argv[1:] if not a.startswith("-")), argv[-1])
         raise BertError(f"{_shown(step)}: step failed (exit {proc.returncode}); its output is "
