@@ -5,6 +5,7 @@ Input: one text per line, or "text_a ||| text_b". Logic: bert_tf.tasks.features.
 from absl import flags
 
 import bert_tf  # noqa: F401  (sets the Keras backend)
+from bert_tf import script_flags
 from bert_tf.tasks import cli
 
 flags.DEFINE_string("input_file", None, "Text file: one example per line.")
@@ -26,6 +27,9 @@ flags.DEFINE_integer("num_tpu_cores", 8, "Only used with --use_tpu.")
 flags.DEFINE_bool("use_one_hot_embeddings", False, "Accepted for compatibility; has no "
                   "effect (the embedding lookup is chosen by the backend).")
 cli.define_tf2_flags(training=False)
+# Flags defined in shared modules are listed in --help too.
+flags.adopt_module_key_flags(cli)
+flags.adopt_module_key_flags(script_flags)
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
 
 

@@ -6,6 +6,7 @@ additions (--strategy, --mixed_precision, --optimizer, --export_dir, ...).
 from absl import flags
 
 import bert_tf  # noqa: F401  (sets the Keras backend)
+from bert_tf import script_flags
 from bert_tf.tasks import cli
 
 flags.DEFINE_string("data_dir", None, "The input data dir: the task's .tsv files.")
@@ -26,16 +27,8 @@ flags.DEFINE_bool("do_train", False, "Whether to run training.")
 flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
 flags.DEFINE_bool("do_predict", False, "Whether to run the model in inference mode on the "
                   "test set.")
-flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
 flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
-flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
-flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
-flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training to perform linear "
-                   "learning rate warmup for. E.g., 0.1 = 10% of training.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save the model checkpoint.")
-flags.DEFINE_integer("iterations_per_loop", 1000, "How many steps to make in each "
-                     "tf.function call (capped at 50 so progress stays visible).")
+cli.define_schedule_flags()  # batch sizes, lr, epochs, warm-up, checkpoint/loop steps
 cli.define_tpu_flags()
 # Additions.
 flags.DEFINE_string("tfds_name", None, "Read a TFDS dataset instead of --data_dir TSVs, e.g. "
@@ -43,6 +36,9 @@ flags.DEFINE_string("tfds_name", None, "Read a TFDS dataset instead of --data_di
 flags.DEFINE_string("tfds_data_dir", None, "TFDS data directory (default: TFDS's).")
 flags.DEFINE_string("xnli_language", "zh", "XNLI: language to train/evaluate on.")
 cli.define_tf2_flags()
+# Flags defined in shared modules are listed in --help too.
+flags.adopt_module_key_flags(cli)
+flags.adopt_module_key_flags(script_flags)
 
 
 if __name__ == "__main__":

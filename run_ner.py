@@ -6,6 +6,7 @@ go to eval_results.txt, predictions to eval_predictions.txt / test_predictions.t
 from absl import flags
 
 import bert_tf  # noqa: F401  (sets the Keras backend)
+from bert_tf import script_flags
 from bert_tf.tasks import cli
 
 flags.DEFINE_string("data_dir", None, "Directory with the CoNLL files.")
@@ -29,16 +30,13 @@ flags.DEFINE_integer("max_seq_length", 128, "Maximum WordPieces per window; long
 flags.DEFINE_bool("do_train", False, "Whether to run training.")
 flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
 flags.DEFINE_bool("do_predict", False, "Whether to tag the test set.")
-flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
 flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
-flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate.")
-flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
-flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training for linear warm-up.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save the model checkpoint.")
-flags.DEFINE_integer("iterations_per_loop", 1000, "Steps per tf.function call (capped at 50).")
+cli.define_schedule_flags()  # batch sizes, lr, epochs, warm-up, checkpoint/loop steps
 cli.define_tpu_flags()
 cli.define_tf2_flags()
+# Flags defined in shared modules are listed in --help too.
+flags.adopt_module_key_flags(cli)
+flags.adopt_module_key_flags(script_flags)
 
 
 if __name__ == "__main__":

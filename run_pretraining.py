@@ -18,6 +18,7 @@ from absl import app, flags, logging
 
 import bert_tf
 from bert_tf import BertError
+from bert_tf import script_flags
 from bert_tf.script_flags import define_tpu_flags
 
 FLAGS = flags.FLAGS
@@ -47,6 +48,7 @@ flags.DEFINE_integer("iterations_per_loop", 1000, "How many steps to run in each
                      "compiled training loop.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
 define_tpu_flags()  # the original six: --use_tpu ... --num_tpu_cores
+flags.adopt_module_key_flags(script_flags)  # ... listed in --help too
 
 # TF2 additions.
 flags.DEFINE_string("strategy", None, "one_device | mirrored | multi_worker | tpu | auto "

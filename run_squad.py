@@ -6,6 +6,7 @@ Logic: bert_tf.tasks.squad. Original flags and defaults plus the TF2 additions.
 from absl import flags
 
 import bert_tf  # noqa: F401  (sets the Keras backend)
+from bert_tf import script_flags
 from bert_tf.tasks import cli
 
 flags.DEFINE_string("bert_config_file", None, "The config json file of the pre-trained BERT "
@@ -27,15 +28,7 @@ flags.DEFINE_integer("max_query_length", 64, "The maximum number of tokens for t
                      "longer questions are truncated.")
 flags.DEFINE_bool("do_train", False, "Whether to run training.")
 flags.DEFINE_bool("do_predict", False, "Whether to run eval on the dev set.")
-flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.")
-flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
-flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
-flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training to perform linear "
-                   "learning rate warmup for. E.g., 0.1 = 10% of training.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save the model checkpoint.")
-flags.DEFINE_integer("iterations_per_loop", 1000, "How many steps to make in each "
-                     "tf.function call (capped at 50 so progress stays visible).")
+cli.define_schedule_flags()  # batch sizes, lr, epochs, warm-up, checkpoint/loop steps
 flags.DEFINE_integer("n_best_size", 20, "The total number of n-best predictions to generate "
                      "in the nbest_predictions.json output file.")
 flags.DEFINE_integer("max_answer_length", 30, "The maximum length of an answer that can be "
@@ -48,6 +41,9 @@ flags.DEFINE_bool("version_2_with_negative", False, "If true, the SQuAD examples
 flags.DEFINE_float("null_score_diff_threshold", 0.0, "If null_score - best_non_null is "
                    "greater than the threshold predict null.")
 cli.define_tf2_flags()
+# Flags defined in shared modules are listed in --help too.
+flags.adopt_module_key_flags(cli)
+flags.adopt_module_key_flags(script_flags)
 
 
 def _report(result):

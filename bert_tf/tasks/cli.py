@@ -10,6 +10,20 @@ from bert_tf import BertError
 from bert_tf.script_flags import define_tpu_flags  # noqa: F401  (the scripts call it from here)
 
 
+def define_schedule_flags():
+    """The original fine-tuning scripts' training-schedule flags (same names/defaults)."""
+    from absl import flags
+    flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
+    flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.")
+    flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
+    flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
+    flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training to perform linear "
+                       "learning rate warmup for. E.g., 0.1 = 10% of training.")
+    flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save the model checkpoint.")
+    flags.DEFINE_integer("iterations_per_loop", 1000, "How many steps to make in each "
+                         "tf.function call (capped at 50 so progress stays visible).")
+
+
 def define_tf2_flags(training=True):
     """TF2 additions: strategy, mixed precision, optimizer, seed, export."""
     from absl import flags
