@@ -42,8 +42,8 @@ flags.DEFINE_integer("max_answer_length", 30, "span: longest answer in wordpiece
 
 
 def build_model(cfg, task, num_labels):
-    from bert_tf import models as bm
-    from bert_tf.encoder import BertEncoder, dummy_inputs
+    from bert_tf.modeling import models as bm
+    from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
     if task == "embeddings":
         model = BertEncoder.from_bert_config(cfg, name="encoder")
         model(dummy_inputs(), training=False)
@@ -60,7 +60,7 @@ def build_model(cfg, task, num_labels):
 
 def run():
     from bert_tf import export
-    from bert_tf.config import BertConfig
+    from bert_tf.modeling.config import BertConfig
     from bert_tf.export import serving
 
     if FLAGS.kind == "preprocessor":
@@ -81,7 +81,7 @@ def run():
     task = "embeddings" if FLAGS.kind == "encoder" else FLAGS.task
     model = build_model(cfg, task, num_labels)
     if FLAGS.init_checkpoint:
-        from bert_tf.checkpoints import load_checkpoint
+        from bert_tf.convert.checkpoints import load_checkpoint
         load_checkpoint(model, FLAGS.init_checkpoint)
     else:
         print("warning: no --init_checkpoint, exporting random weights", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Pre-train BERT (masked LM + next sentence) on TFRecords from create_pretraining_data.py.
 
 The original's flags and defaults, plus the TF2 ones (--strategy, --mixed_precision, ...).
-Restarting with the same --output_dir resumes from its latest checkpoint. See bert_tf.training.
+Restarting with the same --output_dir resumes from its latest checkpoint. See bert_tf.training.pretraining.
 
 Several machines (--strategy=multi_worker): run the same command on every host, each with
 TF_CONFIG naming the cluster and its own task, e.g. on the second of two hosts
@@ -74,7 +74,8 @@ flags.DEFINE_integer("seed", None, "Random seed (weights, data order, masks); de
 def main(argv):
     del argv
     try:
-        from bert_tf import distribute, training
+        from bert_tf.training import distribute
+        from bert_tf.training import pretraining as training
         if FLAGS.use_tpu and FLAGS.strategy not in (None, "tpu"):
             raise BertError(f"--use_tpu: conflicts with --strategy={FLAGS.strategy}")
         if not FLAGS.bert_config_file:

@@ -32,8 +32,8 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bert_tf import export, tokenization  # noqa: E402
-from bert_tf.config import BertConfig  # noqa: E402
-from bert_tf.encoder import BertEncoder, dummy_inputs  # noqa: E402
+from bert_tf.modeling.config import BertConfig  # noqa: E402
+from bert_tf.modeling.encoder import BertEncoder, dummy_inputs  # noqa: E402
 
 SEQ = 128
 

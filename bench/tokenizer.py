@@ -27,7 +27,11 @@ import bert_tf  # noqa: E402  (sets KERAS_BACKEND before TF/keras)
 import tensorflow as tf  # noqa: E402
 import tensorflow_text as tf_text  # noqa: E402
 
-from bert_tf import text_graph, tokenization, vocab_builder  # noqa: E402
+from bert_tf import tokenization  # noqa: E402
+
+from bert_tf.tokenization import text_graph
+
+from bert_tf.tokenization import vocab_builder
 
 DEFAULT_INPUTS = [os.path.join(REPO, "tests", "data", "sample_text.txt"),
                   os.path.join(REPO, "tfrecords", "sample_corpus.txt")]

@@ -1,4 +1,4 @@
-"""Benchmark the pre-training step: bert_tf.training vs a plain Keras `model.fit` peer.
+"""Benchmark the pre-training step: bert_tf.training.pretraining vs a plain Keras `model.fit` peer.
 
 For each config (configs/bert_<name>.json) at seq 128, 20 predictions, on one device (CPU unless
 a GPU is visible), on the same synthetic records and global batch:
@@ -34,11 +34,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bert_tf.config import BertConfig  # noqa: E402
-from bert_tf.distribute import get_strategy, set_mixed_precision  # noqa: E402
-from bert_tf.input_pipeline import pretraining_dataset  # noqa: E402
-from bert_tf.models import BertPretrainer, build_model  # noqa: E402
-from bert_tf.training import PretrainingOptions, PretrainingRunner  # noqa: E402
+from bert_tf.modeling.config import BertConfig  # noqa: E402
+from bert_tf.training.distribute import get_strategy, set_mixed_precision  # noqa: E402
+from bert_tf.training.input_pipeline import pretraining_dataset  # noqa: E402
+from bert_tf.modeling.models import BertPretrainer, build_model  # noqa: E402
+from bert_tf.training.pretraining import PretrainingOptions, PretrainingRunner  # noqa: E402
 
 SEQ, PRED = 128, 20
 

@@ -1,16 +1,13 @@
 """bert_tf: the original BERT release's workflow on TensorFlow 2.20 / Keras 3.
 
-Modules (one concept each):
-  config            BertConfig <-> bert_config.json
-  tokenization      FullTokenizer (Python, exact original behaviour), vocab loading
-  text_graph        in-graph tokenizer/packer built from TF-Serving-safe ops
-  vocab_builder     learn a WordPiece vocab from a corpus
-  layers / encoder / heads / models   Keras 3 model code
-  checkpoints       original TF1 checkpoints and Hugging Face safetensors
-  pretraining_data  create_pretraining_data (original + streaming modes)
-  input_pipeline / optimization / training   run_pretraining
+Packages follow the pipeline:
+  tokenization      FullTokenizer (Python, exact), in-graph tokenizer, vocab builder
+  pretraining_data  create_pretraining_data (original, streaming, Beam)
+  modeling          BertConfig, layers, BertEncoder, heads, task models
+  training          run_pretraining and fine-tuning loop, optimizer, strategies, input pipeline
   export            SavedModels (preprocessor, encoder, end-to-end) for Keras and TF Serving
   tasks             fine-tuning: classifier, SQuAD, NER, feature extraction
+  convert           TF1 checkpoints, Hugging Face safetensors (one module per foreign format)
 """
 import os as _os
 

@@ -4,7 +4,7 @@
 
 Each step runs the same top-level script a user would run with their own data, and prints the
 command first so it can be copied:
-  1. learn a WordPiece vocab from tfrecords/sample_corpus.txt (python -m bert_tf.vocab_builder)
+  1. learn a WordPiece vocab from tfrecords/sample_corpus.txt (python -m bert_tf.tokenization.vocab_builder)
   2. create_pretraining_data.py -> sharded TFRecords + stats JSON
   3. run_pretraining.py with a tiny config (loss printed each loop)
   4. SavedModels in <export_base>/bert_demo{,_preprocessor,_encoder}/<version>/: the encoder
@@ -117,7 +117,7 @@ def _next_version(export_base, names):
 
 
 def write_demo_config(base_config_file, vocab_file, path):
-    from bert_tf.config import BertConfig
+    from bert_tf.modeling.config import BertConfig
     from bert_tf.tokenization import vocab_tokens
     cfg = BertConfig.from_json_file(base_config_file)
     cfg.vocab_size = len(vocab_tokens(vocab_file))
@@ -144,7 +144,7 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
     if not vocab_file:
         _say("1/6 learn a WordPiece vocab from the corpus")
         vocab_file = os.path.join(output_dir, "vocab.txt")
-        _run([sys.executable, "-m", "bert_tf.vocab_builder", f"--input_file={input_file}",
+        _run([sys.executable, "-m", "bert_tf.tokenization.vocab_builder", f"--input_file={input_file}",
               f"--output_file={vocab_file}", f"--vocab_size={vocab_size}", lower])
     else:
         _say(f"1/6 use the given vocab {vocab_file}")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras is imported)
-from bert_tf.distribute import split_cpu
+from bert_tf.training.distribute import split_cpu
 
 TWO_CPUS = split_cpu(2)
 
@@ -82,7 +82,7 @@ def pretraining_records(tmp_path):
 
 def tiny_bert_config(dropout=0.0, vocab_size=64, **overrides):
     """A 2-layer, hidden-32 BertConfig for fast CPU tests."""
-    from bert_tf.config import BertConfig
+    from bert_tf.modeling.config import BertConfig
     args = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
                 num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
                 type_vocab_size=2, hidden_dropout_prob=dropout,

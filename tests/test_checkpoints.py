@@ -12,9 +12,9 @@ import tensorflow as tf
 from safetensors.numpy import save_file
 
 from bert_tf import BertError
-from bert_tf import checkpoints as ck
-from bert_tf import encoder as be
-from bert_tf import models as bm
+from bert_tf.convert import checkpoints as ck
+from bert_tf.modeling import encoder as be
+from bert_tf.modeling import models as bm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_model import (as_inputs, keras_variables_by_tf1_name, numpy_bert, numpy_dict,  # noqa: E402
@@ -227,7 +227,7 @@ def test_our_training_checkpoints_load(case, tmp_path):
     cfg, w, batch, prefix = case
     trained = bm.BertPretrainer(cfg)
     ck.load_tf1_checkpoint(trained, prefix)
-    # As bert_tf.training writes them: model + optimizer (+ counters) beside it.
+    # As bert_tf.training.pretraining writes them: model + optimizer (+ counters) beside it.
     step = tf.Variable(3, dtype=tf.int64)
     optimizer = keras.optimizers.Adam()
     optimizer.build(trained.trainable_variables)

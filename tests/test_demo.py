@@ -23,7 +23,7 @@ def test_serving_instructions_name_the_model_and_a_rest_body():
 
 
 def test_failed_step_is_one_line_error(tmp_path):
-    with pytest.raises(demo.BertError, match=r"^bert_tf.vocab_builder: step failed \(exit 1\)"):
+    with pytest.raises(demo.BertError, match=r"^bert_tf.tokenization.vocab_builder: step failed \(exit 1\)"):
         demo.run_demo(str(tmp_path / "out"), str(tmp_path / "export"),
                       input_file=str(tmp_path / "missing.txt"))
 

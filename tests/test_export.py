@@ -18,8 +18,10 @@ import bert_tf  # noqa: F401
 import keras
 import tensorflow as tf
 
-from bert_tf import BertError, serving_ops, tokenization
-from bert_tf import models as bm
+from bert_tf import BertError, tokenization
+
+from bert_tf.export import serving_ops
+from bert_tf.modeling import models as bm
 from bert_tf.export import common, serving
 from conftest import tiny_bert_config
 

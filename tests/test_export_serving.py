@@ -118,9 +118,10 @@ def _script(args, timeout=300):
 
 
 def test_export_script_from_original_tf1_checkpoint(tmp_path):
-    from bert_tf import checkpoints, tokenization
-    from bert_tf.encoder import BertEncoder
-    from bert_tf.models import BertPretrainer, build_model
+    from bert_tf import tokenization
+    from bert_tf.convert import checkpoints
+    from bert_tf.modeling.encoder import BertEncoder
+    from bert_tf.modeling.models import BertPretrainer, build_model
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat"]
     (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     cfg = tiny_bert_config(vocab_size=len(vocab))

@@ -1,4 +1,4 @@
-"""bert_tf.input_pipeline: names/dtypes/values, sharding, deterministic resume, dynamic masking."""
+"""bert_tf.training.input_pipeline: names/dtypes/values, sharding, deterministic resume, dynamic masking."""
 import numpy as np
 import pytest
 
@@ -6,7 +6,7 @@ import bert_tf
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.input_pipeline import (dynamic_mask, list_files, mask_candidates,
+from bert_tf.training.input_pipeline import (dynamic_mask, list_files, mask_candidates,
                                     pretraining_dataset, unmask)
 from conftest import CLS_ID, MASK_ID, SEP_ID, write_pretraining_records
 

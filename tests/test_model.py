@@ -12,11 +12,11 @@ import pytest
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf import encoder as be
-from bert_tf import heads as bh
-from bert_tf import layers as bl
-from bert_tf import models as bm
-from bert_tf.config import ACTIVATIONS, BertConfig
+from bert_tf.modeling import encoder as be
+from bert_tf.modeling import heads as bh
+from bert_tf.modeling import layers as bl
+from bert_tf.modeling import models as bm
+from bert_tf.modeling.config import ACTIVATIONS, BertConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,4 +1,4 @@
-"""bert_tf.optimization: schedule values, update math against NumPy, decay exclusions, replicas."""
+"""bert_tf.training.optimization: schedule values, update math against NumPy, decay exclusions, replicas."""
 import contextlib
 
 import numpy as np
@@ -9,8 +9,8 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.distribute import get_strategy
-from bert_tf.optimization import WarmupLinearDecay, create_optimizer
+from bert_tf.training.distribute import get_strategy
+from bert_tf.training.optimization import WarmupLinearDecay, create_optimizer
 
 
 def test_schedule_values():
@@ -114,7 +114,7 @@ def test_adamw_original_has_no_bias_correction():
 
 
 def test_weight_decay_exclusions_on_the_pretrainer(tiny_config):
-    from bert_tf.models import BertPretrainer, build_model
+    from bert_tf.modeling.models import BertPretrainer, build_model
     model = build_model(BertPretrainer(tiny_config))
     variables = model.trainable_variables
     before = {v.path: v.numpy() for v in variables}

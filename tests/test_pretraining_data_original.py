@@ -233,7 +233,7 @@ def test_stats_file(tmp_path, golden):
 
 
 def test_learned_vocab(tmp_path):
-    pytest.importorskip("bert_tf.vocab_builder")
+    pytest.importorskip("bert_tf.tokenization.vocab_builder")
     data = _run(tmp_path, vocab_file=str(tmp_path / "learned_vocab.txt"), learn_vocab_size=120,
                 dupe_factor=1)
     assert (tmp_path / "learned_vocab.txt").exists() and data["totals"]["instances"] > 0

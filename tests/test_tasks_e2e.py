@@ -34,9 +34,9 @@ def _run(args, check=True, timeout=300):
 def tf1_model(tmp_path_factory):
     """vocab, config and an original-format checkpoint of a (pre-training) BERT."""
     import keras
-    from bert_tf.checkpoints import save_tf1_checkpoint
-    from bert_tf.config import BertConfig
-    from bert_tf.models import BertPretrainer, build_model
+    from bert_tf.convert.checkpoints import save_tf1_checkpoint
+    from bert_tf.modeling.config import BertConfig
+    from bert_tf.modeling.models import BertPretrainer, build_model
     d = tmp_path_factory.mktemp("tf1")
     (d / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
     with open(CONFIG) as f:
@@ -65,9 +65,9 @@ def _env():
 
 
 def test_tf1_checkpoint_finetune_export_fresh_process(tmp_path, tf1_model):
-    from bert_tf import checkpoints
-    from bert_tf.config import BertConfig
-    from bert_tf.models import BertClassifier, build_model
+    from bert_tf.convert import checkpoints
+    from bert_tf.modeling.config import BertConfig
+    from bert_tf.modeling.models import BertClassifier, build_model
     data = tmp_path / "mrpc"
     data.mkdir()
     rng = random.Random(3)
@@ -142,9 +142,9 @@ def test_extract_features_json_lines(tmp_path, tf1_model):
     assert all(round(v, 6) == v for v in tok["layers"][0]["values"])
     # the values are the encoder's, from the TF1 checkpoint
     import keras
-    from bert_tf import checkpoints
-    from bert_tf.config import BertConfig
-    from bert_tf.encoder import BertEncoder
+    from bert_tf.convert import checkpoints
+    from bert_tf.modeling.config import BertConfig
+    from bert_tf.modeling.encoder import BertEncoder
     enc = BertEncoder.from_bert_config(BertConfig.from_json_file(tf1_model["config"]))
     ids = np.array([[2, 9, 3, 10, 11, 3]], np.int32)  # [CLS] w4 [SEP] w5 w6 [SEP]
     inputs = {"input_word_ids": ids, "input_mask": np.ones_like(ids),

@@ -240,7 +240,7 @@ def test_tagging_learns_capitalised_runs(tmp_path):
 
 def _tagging_tuner(tmp_path, name, **overrides):
     from conftest import tiny_bert_config
-    from bert_tf.models import BertTokenClassifier
+    from bert_tf.modeling.models import BertTokenClassifier
     from bert_tf.tasks import finetune
     cfg = finetune.RunConfig(output_dir=str(tmp_path / name), max_seq_length=8,
                              train_batch_size=4, learning_rate=1e-2, seed=1, progress=False,

@@ -12,7 +12,13 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from bert_tf import serving_ops, text_graph, tokenization, vocab_builder
+from bert_tf import tokenization
+
+from bert_tf.export import serving_ops
+
+from bert_tf.tokenization import text_graph
+
+from bert_tf.tokenization import vocab_builder
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "sample_text.txt")
 

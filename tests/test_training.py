@@ -1,4 +1,4 @@
-"""bert_tf.training and run_pretraining.py: learning, replicas, resume, accumulation, precision,
+"""bert_tf.training.pretraining and run_pretraining.py: learning, replicas, resume, accumulation, precision,
 eval results and command-line errors (tiny config, CPU)."""
 import os
 import subprocess
@@ -11,9 +11,9 @@ import bert_tf
 import keras
 import tensorflow as tf
 
-from bert_tf.distribute import get_strategy, set_mixed_precision
-from bert_tf.models import BertPretrainer, build_model
-from bert_tf.training import (EVAL_KEYS, PretrainingOptions, PretrainingRunner,
+from bert_tf.training.distribute import get_strategy, set_mixed_precision
+from bert_tf.modeling.models import BertPretrainer, build_model
+from bert_tf.training.pretraining import (EVAL_KEYS, PretrainingOptions, PretrainingRunner,
                               run_pretraining, summarize)
 from conftest import TWO_CPUS, tiny_bert_config
 
@@ -107,7 +107,7 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, records):
 
 
 def test_init_checkpoint_accepts_an_original_tf1_checkpoint(tmp_path):
-    from bert_tf.checkpoints import save_tf1_checkpoint
+    from bert_tf.convert.checkpoints import save_tf1_checkpoint
     source = build_model(BertPretrainer(tiny_bert_config()))
     for v in source.encoder.weights:  # recognisable values, unlike a fresh initialisation
         v.assign(np.random.default_rng(len(v.path)).normal(size=v.shape).astype("float32"))
@@ -128,7 +128,7 @@ def _ids_batch():
 
 
 def test_fallback_encoder_export(tmp_path):
-    from bert_tf.training import _own_export_encoder
+    from bert_tf.training.pretraining import _own_export_encoder
     model = build_model(BertPretrainer(tiny_bert_config()))
     path = _own_export_encoder(model.encoder, str(tmp_path / "enc"))
     assert sorted(os.listdir(tmp_path)) == ["enc"]
@@ -302,7 +302,7 @@ def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, records):
     driver = (
         "import sys, json\n"
         "sys.path.insert(0, sys.argv[1])\n"
-        "from bert_tf.distribute import split_cpu\n"
+        "from bert_tf.training.distribute import split_cpu\n"
         "split_cpu(2)\n"
         "import run_pretraining as rp\n"
         "out = {}\n"

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 import bert_tf
-from bert_tf import tokenization, vocab_builder
+from bert_tf import tokenization
+from bert_tf.tokenization import vocab_builder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tfrecords", "sample_corpus.txt")
@@ -231,17 +232,17 @@ def test_cli_errors_one_line_and_nonzero(tmp_path, args, message):
 
 @pytest.mark.slow  # two fresh TF processes
 def test_module_entry_point(tmp_path, learned):
-    """`python -m bert_tf.vocab_builder` in a fresh process (another hash seed): same bytes."""
+    """`python -m bert_tf.tokenization.vocab_builder` in a fresh process (another hash seed): same bytes."""
     out = str(tmp_path / "vocab.txt")
     env = dict(os.environ, PYTHONHASHSEED="987")
-    proc = subprocess.run([sys.executable, "-m", "bert_tf.vocab_builder", "--input", CORPUS,
+    proc = subprocess.run([sys.executable, "-m", "bert_tf.tokenization.vocab_builder", "--input", CORPUS,
                            "--output", out, "--vocab_size", "400"],
                           capture_output=True, text=True, env=env, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == f"wrote 400 tokens to {out}"
     with open(out, "rb") as a, open(learned[400, True][1], "rb") as b:
         assert a.read() == b.read()
-    bad = subprocess.run([sys.executable, "-m", "bert_tf.vocab_builder", "--input",
+    bad = subprocess.run([sys.executable, "-m", "bert_tf.tokenization.vocab_builder", "--input",
                           str(tmp_path / "none.txt"), "--output", out + "2"],
                          capture_output=True, text=True, cwd=str(tmp_path))
     assert bad.returncode == 1

@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.encoder import INPUT_NAMES, BertEncoder, dummy_inputs
+from bert_tf.modeling.encoder import INPUT_NAMES, BertEncoder, dummy_inputs
 
 EXTRA_DIR = "assets.extra"            # TF Serving's folder for files next to the model
 METADATA_FILE = "bert_tf_export.json"  # what was exported (task, labels, config...), in EXTRA_DIR
@@ -64,7 +64,7 @@ def tf_variables(model):
 
 
 def find_encoder(model):
-    """The BertEncoder inside `model` (a BertEncoder, a bert_tf.models model or a functional
+    """The BertEncoder inside `model` (a BertEncoder, a bert_tf.modeling.models model or a functional
     model from build_encoder_model), or None."""
     if isinstance(model, BertEncoder):
         return model
@@ -82,7 +82,7 @@ def ensure_built(model):
     """Create weights with one dummy batch if the model has none yet."""
     if getattr(model, "built", False) and model.weights:
         return model
-    from bert_tf.models import build_model
+    from bert_tf.modeling.models import build_model
     if isinstance(model, BertEncoder):
         model(dummy_inputs(), training=False)
     else:
@@ -93,7 +93,7 @@ def ensure_built(model):
 def bert_config_of(model, what="model"):
     enc = find_encoder(model)
     if enc is None:
-        raise BertError(f"{what}: expected a BertEncoder, an encoder model or a bert_tf.models "
+        raise BertError(f"{what}: expected a BertEncoder, an encoder model or a bert_tf.modeling.models "
                         f"model, got {type(model).__name__}")
     return enc.bert_config
 
@@ -187,7 +187,7 @@ def read_metadata(export_dir):
 
 def model_metadata(model):
     """How to rebuild `model` (class, config, constructor args) and its variable paths."""
-    from bert_tf import models as bm
+    from bert_tf.modeling import models as bm
     enc = find_encoder(model)
     meta = {"bert_config": enc.bert_config.to_dict()}
     if isinstance(model, bm.BertClassifier):

@@ -57,7 +57,7 @@ def export_encoder(encoder_or_model, export_dir):
     """Writes the encoder SavedModel to export_dir (atomically); returns export_dir.
 
     encoder_or_model: a BertEncoder, a functional model from build_encoder_model, or any
-    bert_tf.models model (its `.encoder` is exported).
+    bert_tf.modeling.models model (its `.encoder` is exported).
     """
     module = EncoderModule(encoder_or_model)
     metadata = {"format": common.FORMAT, "kind": "encoder",

@@ -28,8 +28,8 @@ import bert_tf  # noqa: F401
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf import models as bm
-from bert_tf import text_graph
+from bert_tf.modeling import models as bm
+from bert_tf.tokenization import text_graph
 from bert_tf import tokenization
 from bert_tf.export import common
 from bert_tf.export.preprocessor import (_TEXT, _TEXT_B, check_same_batch, check_seq_length,
@@ -284,7 +284,7 @@ def export_end_to_end(model, vocab_file, do_lower_case, export_dir, task="embedd
                       seq_length=128, labels=None, top_k=5, max_masks=8, max_answer_length=30):
     """Writes the end-to-end SavedModel to export_dir (atomically); returns export_dir.
 
-    model: task "embeddings" takes any BertEncoder / encoder model / bert_tf.models model;
+    model: task "embeddings" takes any BertEncoder / encoder model / bert_tf.modeling.models model;
     "fill_mask" a BertPretrainer; "classification" a BertClassifier (labels: one string per
     class, default "0".."C-1"); "regression" a BertClassifier with num_classes=1; "span" a
     BertSpanLabeler; "tagging" a BertTokenClassifier (labels: one per tag).

@@ -78,9 +78,9 @@ def load_as_keras_model(export_dir):
 
     Returns (model, metadata). Embeddings exports give the BertEncoder only.
     """
-    from bert_tf import models as bm
-    from bert_tf.config import BertConfig
-    from bert_tf.encoder import BertEncoder, dummy_inputs
+    from bert_tf.modeling import models as bm
+    from bert_tf.modeling.config import BertConfig
+    from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
 
     meta = common.read_metadata(export_dir)
     if meta.get("kind") not in ("encoder", "end_to_end"):

@@ -15,7 +15,7 @@ import bert_tf  # noqa: F401
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf import text_graph
+from bert_tf.tokenization import text_graph
 from bert_tf.export import common
 
 

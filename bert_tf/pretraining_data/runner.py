@@ -145,9 +145,9 @@ def _resolve_vocab(opts, input_files, stats_path):
         raise BertError("--learn_vocab_size: learning a vocab needs --input_file text files")
     path = opts.vocab_file or stats_path[:-len(".stats.json")] + ".vocab.txt"
     try:
-        from bert_tf.vocab_builder import learn_vocab
+        from bert_tf.tokenization.vocab_builder import learn_vocab
     except ImportError:
-        raise BertError("--learn_vocab_size: bert_tf.vocab_builder is not available") from None
+        raise BertError("--learn_vocab_size: bert_tf.tokenization.vocab_builder is not available") from None
     print(f"learning a {opts.learn_vocab_size}-token vocab from {len(input_files)} file(s) "
           f"into {path}", file=sys.stderr)
     learn_vocab(input_files, path, vocab_size=opts.learn_vocab_size,
@@ -158,7 +158,7 @@ def _resolve_vocab(opts, input_files, stats_path):
 def _check_bert_config(opts, vocab_size):
     if not opts.bert_config_file:
         return
-    from bert_tf.config import BertConfig
+    from bert_tf.modeling.config import BertConfig
     config = BertConfig.from_json_file(opts.bert_config_file)
     if opts.max_seq_length > config.max_position_embeddings:
         raise BertError(f"--max_seq_length: {opts.max_seq_length} is larger than "

@@ -38,7 +38,7 @@ class ClassifierConfig(finetune.RunConfig):
 
 def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
     """Flag checks shared by the fine-tuning tasks; returns (BertConfig, FullTokenizer)."""
-    from bert_tf.config import BertConfig
+    from bert_tf.modeling.config import BertConfig
     from bert_tf.tokenization import FullTokenizer
     if not any(getattr(cfg, p) for p in phases):
         raise BertError("at least one of " + ", ".join(f"--{p}" for p in phases)
@@ -108,7 +108,7 @@ def run(cfg):
             progress=desc if cfg.progress else None)
 
     num_classes = 1 if regression else len(label_list)
-    from bert_tf.models import BertClassifier
+    from bert_tf.modeling.models import BertClassifier
     tuner = finetune.Finetuner(lambda: BertClassifier(bert_config, num_classes),
                                finetune.regression_loss if regression
                                else finetune.classification_loss, cfg)

@@ -67,7 +67,7 @@ def parse_layers(spec, num_layers):
 def _layer_model(bert_config, layers):
     import keras
     from keras import ops
-    from bert_tf.encoder import BertEncoder
+    from bert_tf.modeling.encoder import BertEncoder
 
     class LayerOutputs(keras.Model):
         def __init__(self):
@@ -93,7 +93,7 @@ def format_line(unique_id, tokens, layer_values, layers):
 
 def run(cfg):
     import tensorflow as tf
-    from bert_tf.config import BertConfig
+    from bert_tf.modeling.config import BertConfig
     from bert_tf.tasks import classifier_data, finetune
     from bert_tf.tokenization import FullTokenizer
     for name in ("input_file", "output_file", "bert_config_file", "vocab_file"):
@@ -120,7 +120,7 @@ def run(cfg):
     run_cfg = dataclasses.replace(cfg, output_dir=out_dir)
     tuner = finetune.Finetuner(lambda: _layer_model(bert_config, layers), None, run_cfg)
     if cfg.init_checkpoint:
-        from bert_tf import checkpoints
+        from bert_tf.convert import checkpoints
         with tuner.strategy.scope():
             checkpoints.load_checkpoint(tuner.model, cfg.init_checkpoint)
     else:

@@ -1,7 +1,7 @@
 """The fine-tuning loop shared by run_classifier / run_squad / run_ner.
 
 `Finetuner` builds a task model under a tf.distribute strategy (mixed precision optional),
-initialises it from `--init_checkpoint` (original TF1 or ours, via bert_tf.checkpoints),
+initialises it from `--init_checkpoint` (original TF1 or ours, via bert_tf.convert.checkpoints),
 trains on in-memory feature arrays with a tf.function loop of several steps per call, writes
 resumable checkpoints to the output directory (`ckpt-<step>`), predicts, and exports an
 end-to-end text-in SavedModel through bert_tf.export.
@@ -124,7 +124,7 @@ def tagging_loss(batch, outputs):
 # --- helpers around the concurrently built modules ------------------------------------------
 
 def _get_strategy(cfg):
-    from bert_tf import distribute
+    from bert_tf.training import distribute
     if cfg.use_tpu and cfg.strategy not in (None, "tpu"):
         raise BertError(f"--use_tpu: conflicts with --strategy={cfg.strategy}")
     name = "tpu" if cfg.use_tpu else (cfg.strategy or "auto")
@@ -133,7 +133,7 @@ def _get_strategy(cfg):
 
 
 def _create_optimizer(cfg, num_train_steps, num_warmup_steps):
-    from bert_tf import optimization
+    from bert_tf.training import optimization
     return optimization.create_optimizer(cfg.learning_rate, num_train_steps, num_warmup_steps,
                                          optimizer_type=cfg.optimizer,
                                          weight_decay_rate=cfg.weight_decay_rate)
@@ -156,12 +156,12 @@ class Finetuner:
     def __init__(self, model_fn, loss_fn, cfg):
         import keras
         import tensorflow as tf
-        from bert_tf.models import build_model
+        from bert_tf.modeling.models import build_model
         self.cfg = cfg
         self.loss_fn = loss_fn
         if cfg.seed is not None:
             keras.utils.set_random_seed(cfg.seed)
-        from bert_tf import distribute
+        from bert_tf.training import distribute
         distribute.set_mixed_precision(cfg.mixed_precision)
         self.strategy = _get_strategy(cfg)
         with self.strategy.scope():
@@ -196,7 +196,7 @@ class Finetuner:
             status.assert_existing_objects_matched()
             self.restored_from = latest
         elif self.cfg.init_checkpoint:
-            from bert_tf import checkpoints
+            from bert_tf.convert import checkpoints
             with self.strategy.scope():
                 checkpoints.load_checkpoint(self.model, self.cfg.init_checkpoint)
             self.restored_from = self.cfg.init_checkpoint

@@ -213,7 +213,7 @@ def run(cfg):
     train = load(cfg.train_file) if cfg.do_train else None
     dev = load(cfg.dev_file) if cfg.do_eval else None
     test = load(cfg.test_file) if cfg.do_predict else None
-    from bert_tf.models import BertTokenClassifier
+    from bert_tf.modeling.models import BertTokenClassifier
     tuner = finetune.Finetuner(lambda: BertTokenClassifier(bert_config, len(label_list)),
                                finetune.tagging_loss, cfg)
     result = {"output_dir": cfg.output_dir, "labels": label_list}

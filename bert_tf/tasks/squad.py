@@ -436,7 +436,7 @@ def run(cfg):
     train = read_squad_examples(cfg.train_file, True, v2) if cfg.do_train else None
     evals = read_squad_examples(cfg.predict_file, False, v2) if cfg.do_predict else None
     progress = cfg.progress
-    from bert_tf.models import BertSpanLabeler
+    from bert_tf.modeling.models import BertSpanLabeler
     tuner = finetune.Finetuner(lambda: BertSpanLabeler(bert_config), finetune.span_loss, cfg)
     result = {"output_dir": cfg.output_dir}
     if cfg.do_train:

@@ -6,7 +6,7 @@ character seen, its `##` continuation, then pieces learned by greedy pair mergin
 frequent adjacent pair of pieces, weighted by word counts, ties broken by the pair's text),
 until the budget is spent or no pair occurs `min_frequency` times. Deterministic.
 
-    python -m bert_tf.vocab_builder --input a.txt,b*.txt --output vocab.txt --vocab_size 4000
+    python -m bert_tf.tokenization.vocab_builder --input a.txt,b*.txt --output vocab.txt --vocab_size 4000
         [--nodo_lower_case] [--min_frequency 2]    (--input/--output: aliases of
         --input_file/--output_file)
 """
@@ -18,7 +18,7 @@ import unicodedata
 
 import bert_tf  # noqa: F401
 from bert_tf import BertError, fileio
-from bert_tf import tokenization
+from bert_tf.tokenization import wordpiece as tokenization
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _PREFIX = "##"

@@ -7,9 +7,9 @@ or `build_model(model)` before loading checkpoints.
 import keras
 from keras import ops
 
-from bert_tf.config import BertConfig
-from bert_tf.encoder import BertEncoder, dummy_inputs
-from bert_tf.heads import DenseLogitsHead, MaskedLMHead
+from bert_tf.modeling.config import BertConfig
+from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
+from bert_tf.modeling.heads import DenseLogitsHead, MaskedLMHead
 
 
 class _BertModel(keras.Model):

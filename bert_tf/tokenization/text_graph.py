@@ -41,7 +41,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_tf import BertError
-from bert_tf import tokenization
+from bert_tf.tokenization import wordpiece as tokenization
 
 # Python control flow here is static (config, not tensors): skip autograph's slow conversion.
 _no_autograph = tf.autograph.experimental.do_not_convert

@@ -3,7 +3,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from bert_tf import layers as bl
+from bert_tf.modeling import layers as bl
 
 
 def gather_positions(sequence_output, positions):

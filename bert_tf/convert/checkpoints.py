@@ -1,6 +1,6 @@
 """Checkpoints: the original TF1 BERT release, our own tf.train.Checkpoint files, HF safetensors.
 
-`model` is a BertEncoder, any `bert_tf.models` model, or a keras.Model that contains exactly one
+`model` is a BertEncoder, any `bert_tf.modeling.models` model, or a keras.Model that contains exactly one
 BertEncoder layer (e.g. `build_encoder_model`). Unbuilt models are built first.
 
 Original (TF1) names, as in `bert_model.ckpt` of the release (see REFERENCE.md):
@@ -35,8 +35,8 @@ import numpy as np
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.config import BertConfig
-from bert_tf.encoder import BertEncoder
+from bert_tf.modeling.config import BertConfig
+from bert_tf.modeling.encoder import BertEncoder
 
 log = logging.getLogger("bert_tf")
 
@@ -62,7 +62,7 @@ def _encoder_of(model):
 def _ensure_built(model):
     if model.built:
         return
-    from bert_tf.models import _BertModel
+    from bert_tf.modeling.models import _BertModel
     if not isinstance(model, (BertEncoder, _BertModel)):
         raise BertError(f"{type(model).__name__}: build the model before loading weights into it")
     model.build()  # ours need no input shapes
@@ -76,7 +76,7 @@ def _ln(layer):
     return layer.gamma, layer.beta
 
 
-# Head attribute on bert_tf.models classes -> TF1 scope of its output_weights/output_bias
+# Head attribute on bert_tf.modeling.models classes -> TF1 scope of its output_weights/output_bias
 # (None: the MLM head, mapped by name below).
 _HEADS = {"masked_lm": None, "next_sentence": "cls/seq_relationship/", "classifier": "",
           "span": "cls/squad/", "tagger": "cls/ner/"}

@@ -12,7 +12,7 @@ One code path for every strategy (TPU, mirrored GPUs/CPUs, multi-worker, one dev
   micro-batches whose gradients are summed before one optimizer update; with the global
   normalisers above the sum is the full batch's gradient (up to dropout and float rounding).
 * Gradients are summed over replicas here, before the optimizer, so that global-norm clipping
-  (in bert_tf.optimization) and the float16 LossScaleOptimizer's finite check see the same
+  (in bert_tf.training.optimization) and the float16 LossScaleOptimizer's finite check see the same
   global gradient on every replica.
 * Checkpoints (tf.train.CheckpointManager, `model.ckpt-<step>` in output_dir) hold the model,
   the optimizer, `global_step`, the data seed and the dropout RNG states. A restart resumes from the latest one: the
@@ -37,11 +37,11 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
-from bert_tf.config import BertConfig
-from bert_tf.distribute import is_chief
-from bert_tf.input_pipeline import list_files, pretraining_dataset
-from bert_tf.models import BertPretrainer, build_model
-from bert_tf.optimization import create_optimizer
+from bert_tf.modeling.config import BertConfig
+from bert_tf.training.distribute import is_chief
+from bert_tf.training.input_pipeline import list_files, pretraining_dataset
+from bert_tf.modeling.models import BertPretrainer, build_model
+from bert_tf.training.optimization import create_optimizer
 
 log = logging.getLogger("bert_tf")
 
@@ -261,7 +261,7 @@ class PretrainingRunner:
             log.info("resumed from %s (step %d)", latest, int(self.global_step.numpy()))
             return "resumed"
         if self.options.init_checkpoint:
-            from bert_tf.checkpoints import load_checkpoint
+            from bert_tf.convert.checkpoints import load_checkpoint
             load_checkpoint(self.model, self.options.init_checkpoint)
             log.info("initialised from %s", self.options.init_checkpoint)
             return "initialized"

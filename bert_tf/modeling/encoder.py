@@ -5,8 +5,8 @@ Inputs follow the TF Hub / Model Garden convention: a dict of int32 `input_word_
 `pooled_output` [B, H] and `encoder_outputs` (list of every layer's [B, S, H]).
 
 >>> import bert_tf, keras
->>> from bert_tf.config import BertConfig
->>> from bert_tf.encoder import BertEncoder, dummy_inputs
+>>> from bert_tf.modeling.config import BertConfig
+>>> from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
 >>> cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
 ...                  intermediate_size=32, max_position_embeddings=32)
 >>> out = BertEncoder.from_bert_config(cfg)(dummy_inputs(batch=3, seq=7))
@@ -16,8 +16,8 @@ Inputs follow the TF Hub / Model Garden convention: a dict of int32 `input_word_
 import keras
 from keras import ops
 
-from bert_tf import layers as bl
-from bert_tf.config import BertConfig
+from bert_tf.modeling import layers as bl
+from bert_tf.modeling.config import BertConfig
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
