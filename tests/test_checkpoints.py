@@ -70,7 +70,7 @@ def _inputs(batch):
 def test_load_original_checkpoint_into_pretrainer(case):
     cfg, w, batch, prefix = case
     assert ck.is_tf1_checkpoint(prefix) and ck.is_tf1_checkpoint(os.path.dirname(prefix))
-    model = bm.BertPretrainer(cfg)  # unbuilt: the loader builds it
+    model = bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg))  # unbuilt: the loader builds it
     report = ck.load_tf1_checkpoint(model, prefix)
     assert report["loaded"] == sorted(w)
     assert report["missing"] == []
@@ -90,14 +90,14 @@ def test_load_original_checkpoint_into_pretrainer(case):
     for name, (var, transpose) in names.items():
         assert tuple(var.shape[::-1] if transpose else var.shape) == w[name].shape, name
     # load_checkpoint detects the format; the directory works as well as the prefix.
-    again = bm.build_model(bm.BertPretrainer(cfg))
+    again = bm.build_model(bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg)))
     assert ck.load_checkpoint(again, os.path.dirname(prefix)) == report
     assert_model_holds(again, w)
 
 
 def test_save_original_checkpoint_round_trip_is_bit_exact(case, tmp_path):
     cfg, w, batch, prefix = case
-    model = bm.BertPretrainer(cfg)
+    model = bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg))
     ck.load_tf1_checkpoint(model, prefix)
     out_prefix = str(tmp_path / "export" / "bert_model.ckpt")
     assert ck.save_tf1_checkpoint(model, out_prefix, global_step=7) == out_prefix
@@ -114,7 +114,7 @@ def test_save_original_checkpoint_round_trip_is_bit_exact(case, tmp_path):
     assert reader.get_tensor("global_step") == 7
     assert ck.is_tf1_checkpoint(out_prefix)
 
-    fresh = bm.build_model(bm.BertPretrainer(cfg))
+    fresh = bm.build_model(bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg)))
     report = ck.load_checkpoint(fresh, out_prefix)
     assert report["missing"] == [] and report["skipped"] == ["global_step"]
     for a, b in zip(model.weights, fresh.weights):
@@ -134,7 +134,7 @@ def test_save_original_checkpoint_round_trip_is_bit_exact(case, tmp_path):
 ])
 def test_shape_mismatch_is_one_line_error(case, change, name, file_shape, model_shape):
     cfg, w, _, prefix = case
-    model = bm.BertPretrainer(tiny_config(**change))
+    model = bm.BertPretrainer(be.BertEncoder.from_bert_config(tiny_config(**change)))
     with pytest.raises(BertError) as err:
         ck.load_checkpoint(model, prefix)
     msg = str(err.value)
@@ -148,14 +148,14 @@ def test_shape_mismatch_is_one_line_error(case, change, name, file_shape, model_
 def test_layer_count_mismatch_is_one_line_error(case):
     _, _, _, prefix = case
     with pytest.raises(BertError, match=r"encoder layer 1 but the model only 1 layers"):
-        ck.load_checkpoint(bm.BertPretrainer(tiny_config(num_hidden_layers=1)), prefix)
+        ck.load_checkpoint(bm.BertPretrainer(be.BertEncoder.from_bert_config(tiny_config(num_hidden_layers=1))), prefix)
     with pytest.raises(BertError, match=r"encoder variables of the model are not in the file, "
                                         r"e\.g\. bert/encoder/layer_2/"):
-        ck.load_checkpoint(bm.BertPretrainer(tiny_config(num_hidden_layers=3)), prefix)
+        ck.load_checkpoint(bm.BertPretrainer(be.BertEncoder.from_bert_config(tiny_config(num_hidden_layers=3))), prefix)
 
 
 def test_missing_checkpoint_errors(tmp_path):
-    model = bm.BertPretrainer(tiny_config())
+    model = bm.BertPretrainer(be.BertEncoder.from_bert_config(tiny_config()))
     with pytest.raises(BertError, match="checkpoint not found"):
         ck.load_checkpoint(model, str(tmp_path / "nope" / "bert_model.ckpt"))
     with pytest.raises(BertError, match="no checkpoint found"):
@@ -168,8 +168,8 @@ def test_fine_tuning_models_load_encoder_only_checkpoint(case, tmp_path, kind):
     cfg, w, batch, _ = case
     encoder_only = {k: v for k, v in w.items() if k not in HEAD_NAMES}
     prefix = write_tf1_checkpoint(str(tmp_path / "enc" / "bert_model.ckpt"), encoder_only)
-    model = {"classifier": lambda: bm.BertClassifier(cfg, 3), "span": lambda: bm.BertSpanLabeler(cfg),
-             "tagger": lambda: bm.BertTokenClassifier(cfg, 5),
+    model = {"classifier": lambda: bm.BertClassifier(be.BertEncoder.from_bert_config(cfg), 3), "span": lambda: bm.BertSpanLabeler(be.BertEncoder.from_bert_config(cfg)),
+             "tagger": lambda: bm.BertTokenClassifier(be.BertEncoder.from_bert_config(cfg), 5),
              "encoder": lambda: be.build_encoder_model(cfg)}[kind]()
     bm.build_model(model)
     head = {"classifier": "", "span": "cls/squad/", "tagger": "cls/ner/", "encoder": None}[kind]
@@ -200,8 +200,8 @@ def test_fine_tuned_heads_use_the_original_names(case, tmp_path, kind, num_out):
               scope + "output_bias": rng.standard_normal(num_out).astype(np.float32)}
     encoder_w = {k: v for k, v in w.items() if k not in HEAD_NAMES}
     prefix = write_tf1_checkpoint(str(tmp_path / "ft" / "model.ckpt"), {**encoder_w, **head_w})
-    model = {"classifier": lambda: bm.BertClassifier(cfg, num_out), "span": lambda: bm.BertSpanLabeler(cfg),
-             "tagger": lambda: bm.BertTokenClassifier(cfg, num_out)}[kind]()
+    model = {"classifier": lambda: bm.BertClassifier(be.BertEncoder.from_bert_config(cfg), num_out), "span": lambda: bm.BertSpanLabeler(be.BertEncoder.from_bert_config(cfg)),
+             "tagger": lambda: bm.BertTokenClassifier(be.BertEncoder.from_bert_config(cfg), num_out)}[kind]()
     report = ck.load_checkpoint(model, prefix)
     assert report["missing"] == [] and report["loaded"] == sorted({**encoder_w, **head_w})
     ids, mask, types, _ = batch
@@ -225,7 +225,7 @@ def test_fine_tuned_heads_use_the_original_names(case, tmp_path, kind, num_out):
 
 def test_our_training_checkpoints_load(case, tmp_path):
     cfg, w, batch, prefix = case
-    trained = bm.BertPretrainer(cfg)
+    trained = bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg))
     ck.load_tf1_checkpoint(trained, prefix)
     # As bert_tf.training.pretraining writes them: model + optimizer (+ counters) beside it.
     step = tf.Variable(3, dtype=tf.int64)
@@ -234,7 +234,7 @@ def test_our_training_checkpoints_load(case, tmp_path):
     path = tf.train.Checkpoint(model=trained, optimizer=optimizer, global_step=step).write(
         str(tmp_path / "ours" / "model.ckpt-3"))
     assert not ck.is_tf1_checkpoint(path)
-    pre = bm.build_model(bm.BertPretrainer(cfg))
+    pre = bm.build_model(bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg)))
     # TF keys variables by their shortest path, here through the optimizer
     # (optimizer/_trainable_variables/N); the loader follows the object graph instead.
     assert any(n.startswith("optimizer/_trainable_variables/") for n, _ in tf.train.list_variables(path))
@@ -243,7 +243,7 @@ def test_our_training_checkpoints_load(case, tmp_path):
     assert len(report["loaded"]) == len(w)
     assert "model/encoder/layer_1/output_layer_norm/gamma" in report["loaded"]
     assert_model_holds(pre, w)
-    clf = bm.build_model(bm.BertClassifier(cfg, 2))
+    clf = bm.build_model(bm.BertClassifier(be.BertEncoder.from_bert_config(cfg), 2))
     report = ck.load_checkpoint(clf, path)
     assert report["missing"] == ["output_bias", "output_weights"]
     assert all(n.startswith("model/masked_lm/") or n.startswith("model/next_sentence/")
@@ -251,7 +251,7 @@ def test_our_training_checkpoints_load(case, tmp_path):
     assert_model_holds(clf.encoder, w)
     # An encoder saved on its own (object key `model`) loads into a full model too.
     enc_path = tf.train.Checkpoint(model=pre.encoder).write(str(tmp_path / "enc" / "ckpt"))
-    fresh = bm.build_model(bm.BertPretrainer(cfg))
+    fresh = bm.build_model(bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg)))
     report = ck.load_checkpoint(fresh, enc_path)
     assert sorted(report["missing"]) == sorted(HEAD_NAMES)
     assert_model_holds(fresh.encoder, w)
@@ -261,8 +261,8 @@ def test_our_training_checkpoints_load(case, tmp_path):
     assert ck.load_checkpoint(enc, mg_path)["missing"] == []
     assert_model_holds(enc, w)
     with pytest.raises(BertError, match=r"has encoder layer 1 but the model only 1 layers"):
-        ck.load_checkpoint(bm.BertPretrainer(tiny_config(num_hidden_layers=1)), path)
-    bad = bm.BertPretrainer(tiny_config(intermediate_size=48))
+        ck.load_checkpoint(bm.BertPretrainer(be.BertEncoder.from_bert_config(tiny_config(num_hidden_layers=1))), path)
+    bad = bm.BertPretrainer(be.BertEncoder.from_bert_config(tiny_config(intermediate_size=48)))
     with pytest.raises(BertError, match=r"model/encoder/layer_0/intermediate/_kernel has shape \[24, 40\] in the checkpoint but \[24, 48\]"):
         ck.load_checkpoint(bad, path)
 
@@ -331,13 +331,13 @@ def test_hf_safetensors_load_matches_tf1_path(case, tmp_path):
     tensors["cls.predictions.decoder.bias"] = w["cls/predictions/output_bias"].copy()
     tensors["bert.embeddings.position_ids"] = np.arange(cfg.max_position_embeddings)[None].astype(np.int64)
     save_file(tensors, str(tmp_path / "model.safetensors"))
-    hf_model = bm.BertPretrainer(cfg)
+    hf_model = bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg))
     report = ck.load_hf_safetensors(hf_model, str(tmp_path))  # the directory
     assert report["missing"] == []
     assert report["skipped"] == sorted(["cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
                                         "bert.embeddings.position_ids"])
     assert len(report["loaded"]) == len(w)
-    tf1_model = bm.BertPretrainer(cfg)
+    tf1_model = bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg))
     ck.load_tf1_checkpoint(tf1_model, prefix)
     for a, b in zip(tf1_model.weights, hf_model.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
@@ -356,7 +356,7 @@ def test_hf_safetensors_without_prefix_and_old_layer_norm_names(case, tmp_path):
     assert report["missing"] == [] and report["skipped"] == []
     assert_model_holds(model, w)
     # BertModel weights into a classifier: its head is reported missing.
-    clf = bm.BertClassifier(cfg, 3)
+    clf = bm.BertClassifier(be.BertEncoder.from_bert_config(cfg), 3)
     assert ck.load_hf_safetensors(clf, path)["missing"] == ["output_bias", "output_weights"]
     # A wrong config: one line naming the variable and both shapes (torch layout).
     bad = be.BertEncoder.from_bert_config(tiny_config(intermediate_size=48))

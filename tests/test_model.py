@@ -217,7 +217,7 @@ def numpy_dict(out):
 def pretrainer_case():
     rng = np.random.default_rng(0)
     cfg = tiny_config()
-    model = bm.build_model(bm.BertPretrainer(cfg))
+    model = bm.build_model(bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg)))
     w = random_tf1_weights(cfg, rng)
     set_tf1_weights(model, w)
     ids, mask, types = padded_batch(rng, cfg)
@@ -273,7 +273,7 @@ def test_fine_tuning_heads_match_reference(pretrainer_case):
     rng = np.random.default_rng(1)
     ref = numpy_bert(w, cfg, ids, mask, types)
     inputs = as_inputs(ids, mask, types)
-    for model in (bm.BertClassifier(cfg, 5), bm.BertSpanLabeler(cfg), bm.BertTokenClassifier(cfg, 7)):
+    for model in (bm.BertClassifier(be.BertEncoder.from_bert_config(cfg), 5), bm.BertSpanLabeler(be.BertEncoder.from_bert_config(cfg)), bm.BertTokenClassifier(be.BertEncoder.from_bert_config(cfg), 7)):
         bm.build_model(model)
         set_tf1_weights(model, w)
         head = {bm.BertClassifier: "classifier", bm.BertSpanLabeler: "span",
@@ -478,10 +478,10 @@ def _model_inputs(cfg, rng, pretrainer=False):
 def test_every_model_round_trips_through_keras_file(tmp_path, kind):
     cfg = tiny_config()
     rng = np.random.default_rng(5)
-    model = {"pretrainer": lambda: bm.BertPretrainer(cfg),
-             "classifier": lambda: bm.BertClassifier(cfg, 4, dropout_rate=0.2),
-             "span": lambda: bm.BertSpanLabeler(cfg),
-             "tagger": lambda: bm.BertTokenClassifier(cfg, 6),
+    model = {"pretrainer": lambda: bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg)),
+             "classifier": lambda: bm.BertClassifier(be.BertEncoder.from_bert_config(cfg), 4, dropout_rate=0.2),
+             "span": lambda: bm.BertSpanLabeler(be.BertEncoder.from_bert_config(cfg)),
+             "tagger": lambda: bm.BertTokenClassifier(be.BertEncoder.from_bert_config(cfg), 6),
              "functional": lambda: be.build_encoder_model(cfg)}[kind]()
     inputs = _model_inputs(cfg, rng, pretrainer=kind == "pretrainer")
     if kind == "functional":
@@ -509,13 +509,40 @@ def test_get_config_round_trip():
         json.dumps(config)  # plain JSON
     enc = be.BertEncoder.from_bert_config(cfg)
     assert BertConfig.from_dict(enc.get_config()) == cfg
-    for model in (bm.BertPretrainer(cfg), bm.BertClassifier(cfg, 3, dropout_rate=0.3),
-                  bm.BertSpanLabeler(cfg), bm.BertTokenClassifier(cfg, 9, dropout_rate=0.0)):
+    for model in (bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg)), bm.BertClassifier(be.BertEncoder.from_bert_config(cfg), 3, dropout_rate=0.3),
+                  bm.BertSpanLabeler(be.BertEncoder.from_bert_config(cfg)), bm.BertTokenClassifier(be.BertEncoder.from_bert_config(cfg), 9, dropout_rate=0.0)):
         config = model.get_config()
         json.dumps(config)
         clone = type(model).from_config(config)
         assert clone.get_config() == config
         assert clone.bert_config == cfg
+        # The encoder is a nested Keras config, not a hand-made dict.
+        assert config["encoder"]["class_name"] == "BertEncoder"
+        assert BertConfig.from_dict(config["encoder"]["config"]) == cfg
+        assert isinstance(clone.encoder, be.BertEncoder) and clone.encoder is not model.encoder
+    assert bm.BertClassifier.from_config(
+        bm.BertClassifier(be.BertEncoder.from_bert_config(cfg), 3, dropout_rate=0.3)
+        .get_config()).dropout_rate == 0.3
+
+
+def test_task_models_take_an_encoder_instance():
+    cfg = tiny_config()
+    encoder = be.BertEncoder.from_bert_config(cfg)
+    pre = bm.build_model(bm.BertPretrainer(encoder))
+    # A pre-trained encoder instance goes into a fine-tuning model as is (weights shared).
+    clf = bm.build_model(bm.BertClassifier(encoder, 2))
+    assert clf.encoder is pre.encoder is encoder
+    assert len(clf.weights) == len(encoder.weights) + 2  # not rebuilt: no duplicate weights
+    encoder.word_embeddings.assign(tf.ones_like(encoder.word_embeddings))
+    np.testing.assert_array_equal(clf.encoder.word_embeddings.numpy(), 1.0)
+    # A BertConfig where the encoder belongs: one line pointing at from_bert_config.
+    with pytest.raises(BertError, match=r"encoder must be a BertEncoder, got BertConfig .*"
+                                        r"BertClassifier.from_bert_config"):
+        bm.BertClassifier(cfg, 2)
+    assert bm.find_encoder(clf) is encoder
+    assert bm.find_encoder(be.build_encoder_model(cfg)).bert_config == cfg
+    with pytest.raises(BertError, match="found 0"):
+        bm.find_encoder(keras.Sequential([keras.layers.Dense(2)]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -546,7 +573,7 @@ def test_mixed_precision(policy, low, tol, restore_dtype_policy):
     want = numpy_bert(w, cfg, ids, mask, types, np.asarray(inputs["masked_lm_positions"]))
 
     keras.config.set_dtype_policy(policy)
-    model = bm.build_model(bm.BertPretrainer(cfg))
+    model = bm.build_model(bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg)))
     set_tf1_weights(model, w)
     assert all(v.dtype == "float32" for v in model.weights)  # master weights stay float32
     out = model(inputs, training=False)
@@ -587,7 +614,7 @@ def test_mixed_precision(policy, low, tol, restore_dtype_policy):
 def test_config_validation_errors_are_one_line(overrides, needle, tmp_path):
     for make in (lambda: tiny_config(**overrides),
                  lambda: be.BertEncoder(**{**TINY, **overrides}),
-                 lambda: bm.BertPretrainer({**TINY, **overrides})):
+                 lambda: bm.BertPretrainer.from_bert_config({**TINY, **overrides})):
         with pytest.raises(BertError) as err:
             make()
         assert needle in str(err.value) and "\n" not in str(err.value)

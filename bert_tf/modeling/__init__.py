@@ -4,7 +4,8 @@
   layers   embeddings, attention, transformer block (Keras 3)
   encoder  BertEncoder: the original's `bert/` tower
   heads    masked-LM, NSP/classification, span and tagging heads
-  models   task models (pre-training, classifier, SQuAD, NER)
+  models   task models taking an encoder instance (pre-training, classifier, SQuAD, NER),
+           find_encoder / ensure_built / build_model
 
 `from bert_tf.modeling import BertConfig` is cheap; the Keras classes load on first access, so
 code that only reads configs never imports TensorFlow.
@@ -19,6 +20,7 @@ _LAZY = {
     "BertClassifier": "models",
     "BertSpanLabeler": "models",
     "BertTokenClassifier": "models",
+    "BertTaskModel": "models",
     "MaskedLMHead": "heads",
 }
 

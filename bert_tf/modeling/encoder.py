@@ -23,14 +23,37 @@ INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 def dummy_inputs(batch=2, seq=8):
-    """A valid input dict (all word id 1, full mask), handy for building weights."""
+    """A valid input dict (all word id 1, full mask), handy for building weights.
+
+    Args:
+        batch: int, batch size.
+        seq: int, sequence length.
+    """
     ids = ops.ones((batch, seq), dtype="int32")
     return {"input_word_ids": ids, "input_mask": ids, "input_type_ids": ops.zeros_like(ids)}
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class BertEncoder(keras.layers.Layer):
-    """The BERT transformer encoder. Construct from a BertConfig with `from_bert_config`."""
+    """The BERT transformer encoder (the original's `bert/` tower), keras-hub's "backbone".
+
+    Construct from a BertConfig with `from_bert_config`; the arguments are the fields of
+    `bert_config.json` (validated with one-line `BertError`s).
+
+    Args:
+        vocab_size: int, rows of the word embedding table.
+        hidden_size: int, H.
+        num_hidden_layers: int, number of transformer blocks.
+        num_attention_heads: int, must divide `hidden_size`.
+        intermediate_size: int, feed-forward width.
+        hidden_act: str, feed-forward activation ("gelu" is the original's tanh form).
+        hidden_dropout_prob: float, dropout on embeddings and block outputs.
+        attention_probs_dropout_prob: float, dropout on attention probabilities.
+        max_position_embeddings: int, longest sequence.
+        type_vocab_size: int, number of segment ids.
+        initializer_range: float, stddev of the truncated-normal initializer.
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+    """
 
     def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                  intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
@@ -62,6 +85,7 @@ class BertEncoder(keras.layers.Layer):
 
     @classmethod
     def from_bert_config(cls, config, **kwargs):
+        """An encoder for a `BertConfig`; kwargs go to the Layer (e.g. `name`)."""
         return cls(**config.to_dict(), **kwargs)
 
     def build(self, input_shape=None):
@@ -115,13 +139,23 @@ class BertEncoder(keras.layers.Layer):
 
 
 def encoder_inputs(seq_length=None):
-    """Symbolic Keras inputs (int32, dynamic batch; dynamic seq unless given)."""
+    """Symbolic Keras inputs (int32, dynamic batch; dynamic seq unless given).
+
+    Args:
+        seq_length: int or None, static sequence length.
+    """
     return {name: keras.Input(shape=(seq_length,), dtype="int32", name=name)
             for name in INPUT_NAMES}
 
 
 def build_encoder_model(config, seq_length=None, name="bert_encoder"):
-    """A functional keras.Model around BertEncoder (dict in, dict out)."""
+    """A functional keras.Model around a new BertEncoder (dict in, dict out).
+
+    Args:
+        config: a `BertConfig`.
+        seq_length: int or None, static sequence length of the inputs.
+        name: str, the model's name.
+    """
     encoder = BertEncoder.from_bert_config(config, name="encoder")
     inputs = encoder_inputs(seq_length)
     return keras.Model(inputs, encoder(inputs), name=name)

@@ -7,13 +7,32 @@ from bert_tf.modeling import layers as bl
 
 
 def gather_positions(sequence_output, positions):
-    """[B, S, H] gathered at int [B, P] positions -> [B, P, H]."""
+    """Vectors at given positions of each sequence.
+
+    Args:
+        sequence_output: [B, S, H].
+        positions: int [B, P], indices into S.
+
+    Returns:
+        [B, P, H].
+    """
     return tf.gather(sequence_output, tf.cast(positions, tf.int32), batch_dims=1)
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class MaskedLMHead(keras.layers.Layer):
-    """transform (dense + act + LayerNorm), then logits against the tied word embeddings + bias."""
+    """Masked-LM head: transform (dense + act + LayerNorm), then logits against the tied word
+    embeddings plus a per-token bias (the original's `cls/predictions`).
+
+    Called as `head(sequence_output, masked_positions, embedding_table)` -> float32 [B, P, V].
+
+    Args:
+        hidden_size: int, H.
+        vocab_size: int, V (rows of the word embedding table).
+        hidden_act: str, activation of the transform (see `layers.get_activation`).
+        initializer_range: float, stddev of the truncated-normal initializer.
+        **kwargs: `keras.layers.Layer` arguments.
+    """
 
     def __init__(self, hidden_size, vocab_size, hidden_act="gelu", initializer_range=0.02,
                  **kwargs):
@@ -52,6 +71,12 @@ class DenseLogitsHead(keras.layers.Layer):
 
     Used for NSP (2 on pooled), sentence classification/regression (pooled), span start/end
     (2 on sequence) and token tagging (labels on sequence).
+
+    Args:
+        num_outputs: int, number of logits.
+        dropout_rate: float, dropout on the input (training only).
+        initializer_range: float, stddev of the truncated-normal kernel initializer.
+        **kwargs: `keras.layers.Layer` arguments.
     """
 
     def __init__(self, num_outputs, dropout_rate=0.0, initializer_range=0.02, **kwargs):

@@ -12,7 +12,14 @@ ATTENTION_MASK_ADDER = -10000.0  # what the original adds to masked attention sc
 
 
 def get_activation(name):
-    """`gelu` = the original release's tanh approximation; `gelu_exact` = erf form (HF's gelu)."""
+    """The activation function for a `hidden_act` name.
+
+    `gelu` (and HF's `gelu_new`) is the original release's tanh approximation; `gelu_exact` is
+    the erf form (HF's `gelu`).
+
+    Args:
+        name: str, one of `bert_tf.modeling.config.ACTIVATIONS`.
+    """
     if name in ("gelu", "gelu_new"):
         return lambda x: keras.activations.gelu(x, approximate=True)
     if name == "gelu_exact":
@@ -25,6 +32,7 @@ def get_activation(name):
 
 
 def initializer(stddev):
+    """The original's weight initializer: truncated normal with `stddev` (initializer_range)."""
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
@@ -35,7 +43,19 @@ def _layer_norm(name):
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class BertEmbeddings(keras.layers.Layer):
-    """word + token type + position embeddings, LayerNorm, dropout."""
+    """Word + token type + position embeddings, then LayerNorm and dropout.
+
+    Called as `layer(input_word_ids, input_type_ids, training=None)` -> [B, S, hidden_size].
+
+    Args:
+        vocab_size: int, rows of the word embedding table.
+        hidden_size: int, embedding width.
+        max_position_embeddings: int, longest sequence (rows of the position table).
+        type_vocab_size: int, number of segment (token type) ids.
+        initializer_range: float, stddev of the truncated-normal initializer.
+        dropout_rate: float, dropout after the LayerNorm (training only).
+        **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`).
+    """
 
     def __init__(self, vocab_size, hidden_size, max_position_embeddings=512, type_vocab_size=2,
                  initializer_range=0.02, dropout_rate=0.1, **kwargs):
@@ -79,14 +99,34 @@ class BertEmbeddings(keras.layers.Layer):
 
 
 def attention_bias(input_mask, dtype="float32"):
-    """[B, S] 1/0 mask -> [B, 1, 1, S] additive bias (0 for real tokens, -10000 for padding)."""
+    """Additive attention bias from a padding mask, as the original computes it.
+
+    Args:
+        input_mask: int or float [B, S], 1 for real tokens and 0 for padding.
+        dtype: dtype of the result.
+
+    Returns:
+        [B, 1, 1, S]: 0 for real tokens, -10000 for padding.
+    """
     mask = ops.cast(input_mask, dtype)
     return (1.0 - mask)[:, None, None, :] * ATTENTION_MASK_ADDER
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class BertSelfAttention(keras.layers.Layer):
-    """Multi-head self-attention with separate [H, H] q/k/v kernels and a padding mask."""
+    """Multi-head self-attention with separate [H, H] query/key/value kernels.
+
+    Called as `layer(x, bias, training=None)` with `x` [B, S, H] and `bias` from
+    `attention_bias`; returns the context [B, S, H] (before the output projection, which lives
+    in TransformerBlock as in the original's `attention/output/dense`).
+
+    Args:
+        hidden_size: int, H.
+        num_attention_heads: int, must divide `hidden_size`.
+        initializer_range: float, stddev of the truncated-normal initializer.
+        attention_dropout_rate: float, dropout on the attention probabilities.
+        **kwargs: `keras.layers.Layer` arguments.
+    """
 
     def __init__(self, hidden_size, num_attention_heads, initializer_range=0.02,
                  attention_dropout_rate=0.1, **kwargs):
@@ -131,7 +171,20 @@ class BertSelfAttention(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class TransformerBlock(keras.layers.Layer):
-    """Post-LN transformer layer as in the original: LN(x + attn(x)), then LN(h + FFN(h))."""
+    """Post-LN transformer layer as in the original: LN(x + attn(x)), then LN(h + FFN(h)).
+
+    Called as `layer(x, bias, training=None)` with `x` [B, S, H] -> [B, S, H].
+
+    Args:
+        hidden_size: int, H.
+        num_attention_heads: int, must divide `hidden_size`.
+        intermediate_size: int, width of the feed-forward layer.
+        hidden_act: str, feed-forward activation (see `get_activation`).
+        hidden_dropout_prob: float, dropout after the attention output and the FFN.
+        attention_probs_dropout_prob: float, dropout on the attention probabilities.
+        initializer_range: float, stddev of the truncated-normal initializer.
+        **kwargs: `keras.layers.Layer` arguments.
+    """
 
     def __init__(self, hidden_size, num_attention_heads, intermediate_size, hidden_act="gelu",
                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,

@@ -1,34 +1,72 @@
-"""Keras models: the pre-training model and the fine-tuning models (encoder + head).
+"""Keras task models: an encoder instance plus a head (keras-hub's backbone + task split).
 
 Every model takes the encoder's input dict (`input_word_ids`, `input_mask`, `input_type_ids`,
-int32 [B, S]) and returns float32 logits in a dict. Build weights with `model(dummy_inputs())`
-or `build_model(model)` before loading checkpoints.
+int32 [B, S]) and returns float32 logits in a dict. Attribute names (`encoder`, `masked_lm`,
+`next_sentence`, `classifier`, `span`, `tagger`) are the object keys of our training
+checkpoints (`tf.train.Checkpoint(model=...)`), so keep them stable.
+
+>>> import bert_tf
+>>> from bert_tf.modeling.config import BertConfig
+>>> from bert_tf.modeling.encoder import BertEncoder
+>>> cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+...                  intermediate_size=32, max_position_embeddings=32)
+>>> clf = build_model(BertClassifier(BertEncoder.from_bert_config(cfg), num_classes=3))
+>>> type(BertClassifier.from_config(clf.get_config()).encoder).__name__
+'BertEncoder'
 """
 import keras
 from keras import ops
 
+from bert_tf import BertError
 from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
 from bert_tf.modeling.heads import DenseLogitsHead, MaskedLMHead
 
 
-class _BertModel(keras.Model):
-    """Shared plumbing: holds `encoder` built from a BertConfig (dict in get_config)."""
+class BertTaskModel(keras.Model):
+    """Base of the task models: holds `encoder` (a BertEncoder) and serialises it nested.
 
-    def __init__(self, bert_config, **kwargs):
+    Args:
+        encoder: a `BertEncoder` instance (e.g. `BertEncoder.from_bert_config(cfg)`); it may
+            be shared with, or come pre-trained from, another model.
+        **kwargs: `keras.Model` arguments (`name`, `trainable`, `dtype`).
+    """
+
+    def __init__(self, encoder, **kwargs):
+        if not isinstance(encoder, BertEncoder):
+            raise BertError(f"{type(self).__name__}: encoder must be a BertEncoder, got "
+                            f"{type(encoder).__name__} (for a BertConfig use "
+                            f"{type(self).__name__}.from_bert_config(cfg, ...))")
         super().__init__(**kwargs)
+        self.encoder = encoder
+
+    @classmethod
+    def from_bert_config(cls, bert_config, *args, **kwargs):
+        """Shortcut for `cls(BertEncoder.from_bert_config(bert_config), *args, **kwargs)`.
+
+        Args:
+            bert_config: a `BertConfig` or its dict (`bert_config.json` fields).
+            *args: the task model's own arguments (e.g. `num_classes`).
+            **kwargs: its keyword arguments.
+        """
         if isinstance(bert_config, dict):
             bert_config = BertConfig.from_dict(bert_config)
-        self.bert_config = bert_config
-        self.encoder = BertEncoder.from_bert_config(bert_config, name="encoder")
+        return cls(BertEncoder.from_bert_config(bert_config, name="encoder"), *args, **kwargs)
+
+    @property
+    def bert_config(self):
+        """The encoder's BertConfig."""
+        return self.encoder.bert_config
 
     def build(self, input_shape=None):
         # Build sub-layers directly; Keras' default would trace the whole call symbolically
-        # first (about 1 s per model even for a tiny config).
-        self.encoder.build()
+        # first (about 1 s per model even for a tiny config). A shared encoder is built once.
+        if not self.encoder.built:
+            self.encoder.build()
         h = self.bert_config.hidden_size
         for head, shape in self._head_shapes(h):
-            head.build(shape)
+            if not head.built:
+                head.build(shape)
         self.built = True
 
     def _head_shapes(self, h):
@@ -38,20 +76,33 @@ class _BertModel(keras.Model):
         return {"input_shape": None}  # build() needs no shapes, so .keras files always rebuild
 
     def get_config(self):
-        return {"bert_config": self.bert_config.to_dict(), "name": self.name,
-                "trainable": self.trainable}
+        return {"encoder": keras.saving.serialize_keras_object(self.encoder),
+                "name": self.name, "trainable": self.trainable}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("encoder"), dict):
+            config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
-class BertPretrainer(_BertModel):
-    """Encoder + masked-LM head (tied embeddings) + next-sentence head.
+class BertPretrainer(BertTaskModel):
+    """Encoder + masked-LM head (tied to the word embeddings) + next-sentence head.
 
-    Extra input: `masked_lm_positions` int [B, P]. Outputs: `mlm_logits` [B, P, V],
-    `nsp_logits` [B, 2], plus the encoder's `sequence_output` / `pooled_output`.
+    Extra input: `masked_lm_positions` int [B, P] (all positions are scored when absent).
+    Outputs: `mlm_logits` [B, P, V], `nsp_logits` [B, 2] (float32), plus the encoder's
+    `sequence_output` / `pooled_output`.
+
+    Args:
+        encoder: the `BertEncoder`; the heads take its hidden size, vocabulary, activation
+            and initializer range.
+        **kwargs: `keras.Model` arguments.
     """
 
-    def __init__(self, bert_config, **kwargs):
-        super().__init__(bert_config, **kwargs)
+    def __init__(self, encoder, **kwargs):
+        super().__init__(encoder, **kwargs)
         c = self.bert_config
         self.masked_lm = MaskedLMHead(c.hidden_size, c.vocab_size, c.hidden_act,
                                       c.initializer_range, name="masked_lm")
@@ -73,11 +124,20 @@ class BertPretrainer(_BertModel):
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
-class BertClassifier(_BertModel):
-    """Sentence(-pair) classification/regression on the pooled [CLS] output -> `logits` [B, C]."""
+class BertClassifier(BertTaskModel):
+    """Sentence(-pair) classification or regression on the pooled [CLS] output.
 
-    def __init__(self, bert_config, num_classes, dropout_rate=0.1, **kwargs):
-        super().__init__(bert_config, **kwargs)
+    Output: `logits` [B, num_classes] float32 (`num_classes=1` for regression).
+
+    Args:
+        encoder: the `BertEncoder`.
+        num_classes: int, number of logits.
+        dropout_rate: float, dropout on the pooled output before the dense layer (training only).
+        **kwargs: `keras.Model` arguments.
+    """
+
+    def __init__(self, encoder, num_classes, dropout_rate=0.1, **kwargs):
+        super().__init__(encoder, **kwargs)
         self.num_classes = num_classes
         self.dropout_rate = dropout_rate
         self.classifier = DenseLogitsHead(num_classes, dropout_rate,
@@ -96,11 +156,16 @@ class BertClassifier(_BertModel):
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
-class BertSpanLabeler(_BertModel):
-    """SQuAD-style span extraction -> `start_logits`, `end_logits` [B, S]."""
+class BertSpanLabeler(BertTaskModel):
+    """SQuAD-style span extraction -> `start_logits`, `end_logits` [B, S] float32.
 
-    def __init__(self, bert_config, **kwargs):
-        super().__init__(bert_config, **kwargs)
+    Args:
+        encoder: the `BertEncoder`.
+        **kwargs: `keras.Model` arguments.
+    """
+
+    def __init__(self, encoder, **kwargs):
+        super().__init__(encoder, **kwargs)
         self.span = DenseLogitsHead(2, 0.0, self.bert_config.initializer_range, name="span")
 
     def _head_shapes(self, h):
@@ -113,11 +178,18 @@ class BertSpanLabeler(_BertModel):
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
-class BertTokenClassifier(_BertModel):
-    """Per-token tagging (NER) -> `logits` [B, S, num_labels]."""
+class BertTokenClassifier(BertTaskModel):
+    """Per-token tagging (NER) -> `logits` [B, S, num_labels] float32.
 
-    def __init__(self, bert_config, num_labels, dropout_rate=0.1, **kwargs):
-        super().__init__(bert_config, **kwargs)
+    Args:
+        encoder: the `BertEncoder`.
+        num_labels: int, number of tags.
+        dropout_rate: float, dropout on the sequence output (training only).
+        **kwargs: `keras.Model` arguments.
+    """
+
+    def __init__(self, encoder, num_labels, dropout_rate=0.1, **kwargs):
+        super().__init__(encoder, **kwargs)
         self.num_labels = num_labels
         self.dropout_rate = dropout_rate
         self.tagger = DenseLogitsHead(num_labels, dropout_rate,
@@ -135,8 +207,61 @@ class BertTokenClassifier(_BertModel):
                 "dropout_rate": self.dropout_rate}
 
 
+def find_encoder(model, what=None):
+    """The one BertEncoder of `model`.
+
+    Args:
+        model: a `BertEncoder`, a `BertTaskModel`, or a keras.Model with exactly one
+            BertEncoder layer (e.g. `build_encoder_model`).
+        what: name used in the error message (default: the model's class name).
+
+    Raises:
+        BertError: if there is no BertEncoder, or more than one.
+    """
+    if isinstance(model, BertEncoder):
+        return model
+    if isinstance(getattr(model, "encoder", None), BertEncoder):
+        return model.encoder
+    found = [l for l in getattr(model, "layers", []) if isinstance(l, BertEncoder)]
+    if len(found) != 1:
+        raise BertError(f"{what or type(model).__name__}: expected a BertEncoder, a bert_tf "
+                        f"task model or a model with exactly one BertEncoder, found "
+                        f"{len(found)} in a {type(model).__name__}")
+    return found[0]
+
+
+def ensure_built(model):
+    """Creates the weights of an unbuilt BertEncoder or task model (no input shapes needed).
+
+    Args:
+        model: a `BertEncoder`, a `BertTaskModel` or a built keras.Model.
+
+    Returns:
+        `model`.
+
+    Raises:
+        BertError: for any other unbuilt model (build it by calling it once).
+    """
+    if model.built and model.weights:
+        return model
+    if not isinstance(model, (BertEncoder, BertTaskModel)):
+        raise BertError(f"{type(model).__name__}: build the model before loading or exporting "
+                        f"its weights")
+    model.build()
+    return model
+
+
 def build_model(model, batch=2, seq=8):
-    """Create all weights by running one dummy batch; returns the model."""
+    """Create all weights and run one dummy batch through `model` (traces it once).
+
+    Args:
+        model: a `BertEncoder` or `BertTaskModel`.
+        batch: int, dummy batch size.
+        seq: int, dummy sequence length.
+
+    Returns:
+        `model`.
+    """
     inputs = dummy_inputs(batch, seq)
     if isinstance(model, BertPretrainer):
         inputs["masked_lm_positions"] = ops.zeros((batch, 2), dtype="int32")
