@@ -265,6 +265,15 @@ def test_our_training_checkpoints_load(case, tmp_path):
     bad = bm.BertPretrainer(be.BertEncoder.from_bert_config(tiny_config(intermediate_size=48)))
     with pytest.raises(BertError, match=r"model/encoder/layer_0/intermediate/_kernel has shape \[24, 40\] in the checkpoint but \[24, 48\]"):
         ck.load_checkpoint(bad, path)
+    # All shapes are checked before anything is assigned.
+    assert not np.array_equal(bad.encoder.embeddings.word_embeddings.numpy(),
+                              w["bert/embeddings/word_embeddings"])
+    # The format-specific entry gives the same report as load_checkpoint.
+    from bert_tf.convert import native
+    again = bm.build_model(bm.BertClassifier(be.BertEncoder.from_bert_config(cfg), 2))
+    assert native.load_bert_tf_checkpoint(again, path) == ck.load_checkpoint(clf, path)
+    with pytest.raises(BertError, match="neither an original BERT checkpoint"):
+        native.load_bert_tf_checkpoint(again, prefix)
 
 
 # ----------------------------------------------------------------------------------------------

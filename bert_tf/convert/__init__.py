@@ -1,5 +1,8 @@
 """Converters between bert_tf models and other formats (one module per foreign format).
 
-  checkpoints  the original TF1 checkpoints (`bert/encoder/layer_0/...`), our own training
-               checkpoints, and Hugging Face safetensors
+  checkpoints  `load_checkpoint(model, path)`: detects the format, calls the module below
+  tf1          the original TF1 checkpoints (`bert/encoder/layer_0/...`): read and write
+  native       our own training checkpoints (`tf.train.Checkpoint(model=...)`)
+  hf           Hugging Face `model.safetensors` + `config.json`: read and write
+  common       shared path resolution, shape-checked assignment and load reports
 """
