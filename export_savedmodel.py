@@ -42,20 +42,18 @@ flags.DEFINE_integer("max_answer_length", 30, "span: longest answer in wordpiece
 
 
 def build_model(cfg, task, num_labels):
-    from bert_tf.modeling import models as bm
-    from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
+    """The model an export of `task` needs: an encoder, or a task model around one."""
+    from bert_tf.export import common
+    from bert_tf.modeling.encoder import BertEncoder
+    from bert_tf.modeling.models import ensure_built
+    encoder = BertEncoder.from_bert_config(cfg, name="encoder")
     if task == "embeddings":
-        model = BertEncoder.from_bert_config(cfg, name="encoder")
-        model(dummy_inputs(), training=False)
-        return model
+        return ensure_built(encoder)
     if task in ("classification", "tagging") and not num_labels:
         raise BertError(f"--task={task}: give --labels or --num_labels")
-    model = {"fill_mask": lambda: bm.BertPretrainer(cfg),
-             "classification": lambda: bm.BertClassifier(cfg, num_labels),
-             "regression": lambda: bm.BertClassifier(cfg, 1),
-             "span": lambda: bm.BertSpanLabeler(cfg),
-             "tagging": lambda: bm.BertTokenClassifier(cfg, num_labels)}[task]()
-    return bm.build_model(model)
+    args = {"classification": (num_labels,), "regression": (1,),
+            "tagging": (num_labels,)}.get(task, ())
+    return ensure_built(common.TASK_MODEL_CLASSES[task](encoder, *args))
 
 
 def run():

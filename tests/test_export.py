@@ -21,6 +21,7 @@ import tensorflow as tf
 from bert_tf import BertError, tokenization
 
 from bert_tf.export import serving_ops
+from bert_tf.modeling import encoder as be
 from bert_tf.modeling import models as bm
 from bert_tf.export import common, serving
 from conftest import tiny_bert_config
@@ -185,11 +186,12 @@ class Exports:
         self.tok = tokenization.FullTokenizer(self.vocab, do_lower_case=True)
         cfg = tiny_bert_config(vocab_size=len(VOCAB))
         keras.utils.set_random_seed(11)
-        self.models = {"fill_mask": bm.build_model(bm.BertPretrainer(cfg)),
-                       "classification": bm.build_model(bm.BertClassifier(cfg, 3)),
-                       "regression": bm.build_model(bm.BertClassifier(cfg, 1)),
-                       "span": bm.build_model(bm.BertSpanLabeler(cfg)),
-                       "tagging": bm.build_model(bm.BertTokenClassifier(cfg, 4))}
+        enc = lambda: be.BertEncoder.from_bert_config(cfg)
+        self.models = {"fill_mask": bm.build_model(bm.BertPretrainer(enc())),
+                       "classification": bm.build_model(bm.BertClassifier(enc(), 3)),
+                       "regression": bm.build_model(bm.BertClassifier(enc(), 1)),
+                       "span": bm.build_model(bm.BertSpanLabeler(enc())),
+                       "tagging": bm.build_model(bm.BertTokenClassifier(enc(), 4))}
         self.models["embeddings"] = self.models["classification"]
         self.publish_log = []
 
@@ -634,3 +636,14 @@ def test_stock_tfsmlayer_and_rebuilt_keras_model(exp):
     np.testing.assert_allclose(np_out(model(ids, training=False))["logits"], want["logits"],
                                atol=1e-5)
     assert len(model.trainable_weights) == len(exp.models["classification"].trainable_weights)
+    # Rebuilt from the Keras config the export carries: the same config, dropout_rate included.
+    as_json = lambda c: json.loads(json.dumps(c))
+    assert as_json(model.get_config()) == as_json(exp.models["classification"].get_config())
+    assert meta["keras_config"]["config"]["dropout_rate"] == 0.1
+    assert meta["keras_config"]["config"]["encoder"]["class_name"] == "BertEncoder"
+    # An encoder export comes back as the BertEncoder alone, with its outputs.
+    encoder, meta = load_as_keras_model(exp["enc"])
+    assert type(encoder).__name__ == "BertEncoder" and meta["kind"] == "encoder"
+    np.testing.assert_allclose(
+        encoder(ids, training=False)["pooled_output"].numpy(),
+        exp.models["fill_mask"].encoder(ids, training=False)["pooled_output"].numpy(), atol=1e-6)

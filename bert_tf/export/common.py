@@ -16,7 +16,16 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.modeling.encoder import INPUT_NAMES, BertEncoder, dummy_inputs
+from bert_tf.modeling import models
+from bert_tf.modeling.encoder import INPUT_NAMES
+
+# The one place the export tasks name their task model class.
+TASK_MODEL_CLASSES = {"fill_mask": models.BertPretrainer, "classification": models.BertClassifier,
+                      "regression": models.BertClassifier, "span": models.BertSpanLabeler,
+                      "tagging": models.BertTokenClassifier}
+# The implementations live once, in bert_tf.modeling.models; re-exported for the export modules.
+find_encoder = models.find_encoder
+ensure_built = models.ensure_built
 
 EXTRA_DIR = "assets.extra"            # TF Serving's folder for files next to the model
 METADATA_FILE = "bert_tf_export.json"  # what was exported (task, labels, config...), in EXTRA_DIR
@@ -63,39 +72,9 @@ def tf_variables(model):
     return out
 
 
-def find_encoder(model):
-    """The BertEncoder inside `model` (a BertEncoder, a bert_tf.modeling.models model or a functional
-    model from build_encoder_model), or None."""
-    if isinstance(model, BertEncoder):
-        return model
-    enc = getattr(model, "encoder", None)
-    if isinstance(enc, BertEncoder):
-        return enc
-    if isinstance(model, keras.Model):
-        for layer in model.layers:
-            if isinstance(layer, BertEncoder):
-                return layer
-    return None
-
-
-def ensure_built(model):
-    """Create weights with one dummy batch if the model has none yet."""
-    if getattr(model, "built", False) and model.weights:
-        return model
-    from bert_tf.modeling.models import build_model
-    if isinstance(model, BertEncoder):
-        model(dummy_inputs(), training=False)
-    else:
-        build_model(model)
-    return model
-
-
 def bert_config_of(model, what="model"):
-    enc = find_encoder(model)
-    if enc is None:
-        raise BertError(f"{what}: expected a BertEncoder, an encoder model or a bert_tf.modeling.models "
-                        f"model, got {type(model).__name__}")
-    return enc.bert_config
+    """The BertConfig of `model`'s encoder; BertError naming `what` if it has none."""
+    return models.find_encoder(model, what).bert_config
 
 
 def checked_ids(input_word_ids, input_mask, input_type_ids, vocab_size, type_vocab_size,
@@ -186,23 +165,12 @@ def read_metadata(export_dir):
 
 
 def model_metadata(model):
-    """How to rebuild `model` (class, config, constructor args) and its variable paths."""
-    from bert_tf.modeling import models as bm
-    enc = find_encoder(model)
-    meta = {"bert_config": enc.bert_config.to_dict()}
-    if isinstance(model, bm.BertClassifier):
-        meta.update(model_class="BertClassifier", model_kwargs={"num_classes": model.num_classes})
-    elif isinstance(model, bm.BertTokenClassifier):
-        meta.update(model_class="BertTokenClassifier",
-                    model_kwargs={"num_labels": model.num_labels})
-    elif isinstance(model, bm.BertSpanLabeler):
-        meta.update(model_class="BertSpanLabeler", model_kwargs={})
-    elif isinstance(model, bm.BertPretrainer):
-        meta.update(model_class="BertPretrainer", model_kwargs={})
-    else:
-        meta.update(model_class="BertEncoder", model_kwargs={})
-    meta["variable_paths"] = [relative_path(v) for v in model.weights]
-    return meta
+    """How to rebuild `model`: its Keras config (`keras.saving.serialize_keras_object`, the
+    encoder nested), its encoder's bert_config, and its variable paths in weight order."""
+    config = keras.saving.serialize_keras_object(model)
+    config.pop("compile_config", None)  # optimizer/loss state is not part of an export
+    return {"bert_config": bert_config_of(model).to_dict(), "keras_config": config,
+            "variable_paths": [relative_path(v) for v in model.weights]}
 
 
 def relative_path(variable):

@@ -76,26 +76,34 @@ def load_as_keras_layer(export_dir, signature=None, trainable=False, name=None):
 def load_as_keras_model(export_dir):
     """Rebuilds the bert_tf Keras model of an encoder/end-to-end export with its weights.
 
-    Returns (model, metadata). Embeddings exports give the BertEncoder only.
+    The model comes back from the Keras config stored in the export's metadata
+    (`keras.saving.deserialize_keras_object`), then takes the exported variables in order.
+
+    Args:
+        export_dir: an encoder or end-to-end export.
+
+    Returns:
+        (model, metadata). Embeddings exports give the BertEncoder (or functional encoder
+        model) only.
     """
-    from bert_tf.modeling import models as bm
-    from bert_tf.modeling.config import BertConfig
-    from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
+    from bert_tf.modeling.models import ensure_built
 
     meta = common.read_metadata(export_dir)
     if meta.get("kind") not in ("encoder", "end_to_end"):
         raise BertError(f"{export_dir}: a {meta.get('kind')} export holds no model weights")
-    cfg = BertConfig.from_dict(meta["bert_config"], source=export_dir)
-    cls_name = meta["model_class"]
-    if cls_name == "BertEncoder":
-        model = BertEncoder.from_bert_config(cfg)
-        model(dummy_inputs(), training=False)
-    else:
-        model = bm.build_model(getattr(bm, cls_name)(cfg, **meta.get("model_kwargs", {})))
-    loaded = tf.saved_model.load(export_dir)
-    saved = list(loaded.model_variables)
+    if "keras_config" not in meta:
+        raise BertError(f"{export_dir}: exported by an older bert_tf (no keras_config in "
+                        f"{common.EXTRA_DIR}/{common.METADATA_FILE}); export it again")
+    try:
+        model = keras.saving.deserialize_keras_object(meta["keras_config"])
+    except (TypeError, ValueError) as e:
+        raise BertError(f"{export_dir}: cannot rebuild the model from its keras_config "
+                        f"({str(e).strip().splitlines()[0]})") from None
+    ensure_built(model)
+    saved = list(tf.saved_model.load(export_dir).model_variables)
+    name = type(model).__name__
     if len(saved) != len(model.weights):
-        raise BertError(f"{export_dir}: {len(saved)} saved variables, {cls_name} has "
+        raise BertError(f"{export_dir}: {len(saved)} saved variables, {name} has "
                         f"{len(model.weights)}")
     for var, value, path in zip(model.weights, saved, meta["variable_paths"]):
         if tuple(var.shape) != tuple(value.shape):
