@@ -15,7 +15,25 @@ ACTIVATIONS = ("gelu", "gelu_exact", "gelu_new", "relu", "tanh", "swish", "silu"
 
 
 class BertConfig:
-    """Hyper-parameters of a BERT encoder, with the original field names and defaults."""
+    """Hyper-parameters of a BERT encoder, with the original field names and defaults.
+
+    Invalid values raise a one-line `BertError` naming `source` and the field.
+
+    Args:
+        vocab_size: int, rows of the word embedding table.
+        hidden_size: int, H.
+        num_hidden_layers: int, number of transformer blocks.
+        num_attention_heads: int, must divide `hidden_size`.
+        intermediate_size: int, feed-forward width.
+        hidden_act: str, one of `ACTIVATIONS` ("gelu" is the original's tanh form).
+        hidden_dropout_prob: float in [0, 1).
+        attention_probs_dropout_prob: float in [0, 1).
+        max_position_embeddings: int, longest sequence.
+        type_vocab_size: int, number of segment ids (16 is the original's default; released
+            checkpoints use 2).
+        initializer_range: float > 0, stddev of the truncated-normal initializer.
+        source: str, names the config in error messages (e.g. its file).
+    """
 
     def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                  intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
@@ -59,6 +77,7 @@ class BertConfig:
 
     @classmethod
     def from_dict(cls, data, source="BertConfig"):
+        """A config from a `bert_config.json` dict (unknown keys are ignored)."""
         if not isinstance(data, dict):
             raise BertError(f"{source}: expected a JSON object, got {type(data).__name__}")
         if "vocab_size" not in data:
@@ -68,6 +87,7 @@ class BertConfig:
 
     @classmethod
     def from_json_file(cls, path):
+        """A config from a `bert_config.json` file (gs:// paths work)."""
         import tensorflow as tf  # gfile: gs:// paths work too
         if not tf.io.gfile.exists(path):
             raise BertError(f"{path}: bert_config file not found")
@@ -79,12 +99,14 @@ class BertConfig:
         return cls.from_dict(data, source=path)
 
     def to_dict(self):
+        """The 11 original fields as a dict."""
         return {k: copy.deepcopy(getattr(self, k)) for k in FIELDS}
 
     def to_json_string(self):
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     def to_json_file(self, path):
+        """Writes `bert_config.json` atomically."""
         from bert_tf import fileio
         fileio.write_text_atomic(path, self.to_json_string())
 
