@@ -5,4 +5,7 @@
   native       our own training checkpoints (`tf.train.Checkpoint(model=...)`)
   hf           Hugging Face `model.safetensors` + `config.json`: read and write
   common       shared path resolution, shape-checked assignment and load reports
+
+`python -m bert_tf.convert --from={tf1,bert_tf,hf} --to={tf1,hf} --source=... --output=...`
+converts between them (see `bert_tf/convert/__main__.py`).
 """
