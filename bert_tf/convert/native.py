@@ -18,7 +18,6 @@ import tensorflow as tf
 from bert_tf import BertError
 from bert_tf.convert import common
 from bert_tf.convert.tf1 import tf1_name_map
-from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.models import BertTaskModel, ensure_built, find_encoder
 
 
