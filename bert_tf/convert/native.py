@@ -11,6 +11,7 @@ and `expect_partial()`. Values are first restored into shape-less staging variab
 shape is checked (one-line error naming the variable) before the model is touched.
 """
 import collections
+import re
 
 import keras
 import tensorflow as tf
@@ -166,7 +167,7 @@ def load_bert_tf_checkpoint(model, path):
         except (tf.errors.OpError, ValueError):
             pass  # a leaf of another dtype: report them all
     names = lambda ps: ["/".join(p) for p in ps]
-    layer_re = common.layer_matcher("/".join(enc_path).replace("/", r"\/") + r"/layer_(\d+)/")
+    layer_re = common.layer_matcher(re.escape("/".join(enc_path)) + r"/layer_(\d+)/")
     report = common.finish(prefix, model, names(p for p, _ in loaded), names(skipped), missing,
                            layer_re)
     for path, var in loaded:
