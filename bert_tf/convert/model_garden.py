@@ -1,0 +1,478 @@
+"""Model Garden (tf-models-official) TF2 checkpoints and TF Hub BERT SavedModels <-> bert_tf.
+
+Reading needs no peer: a Model Garden checkpoint is walked through its object graph (the
+layout of `official.nlp.modeling.networks.BertEncoder` and of `BertPretrainerV2`'s
+`masked_lm` / `next_sentence` heads), a TF Hub SavedModel through its variable names.
+Writing builds the Model Garden objects themselves (tf_keras), imported lazily.
+
+Weights travel as a flat dict keyed by the original TF1 names (`bert/encoder/layer_0/...`,
+`cls/predictions/...`), the one layout every converter here agrees on.
+
+>>> cfg, weights = read_model_garden_checkpoint("mg/ckpt-1")        # doctest: +SKIP
+>>> model = model_from_weights(cfg, weights)                       # doctest: +SKIP
+>>> save_model_garden_checkpoint(model, "out/bert_model.ckpt")     # doctest: +SKIP
+"""
+import os
+import uuid
+
+import numpy as np
+
+from bert_tf import BertError
+from bert_tf.modeling.config import BertConfig
+
+PEERS_HINT = ("pip install -c constraints.txt -c constraints-peers.txt {pkgs} "
+              "(or `make peers`)")
+
+
+def require_peer(module, pkgs):
+    """Imports a peer package lazily; BertError with the install command if it is missing."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise BertError(f"{module} is not installed ({e}): "
+                        + PEERS_HINT.format(pkgs=pkgs)) from None
+
+
+# ---- our models <-> TF1-named weights -------------------------------------------------------
+
+def build_bert_model(bert_config, with_pretraining_heads=False):
+    """The one place converters build bert_tf models (encoder, or encoder + MLM/NSP heads).
+
+    Args:
+        bert_config: a BertConfig.
+        with_pretraining_heads: build a BertPretrainer instead of a bare BertEncoder.
+    Returns: the built model.
+    """
+    from bert_tf.modeling import models as bm
+    from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
+    if with_pretraining_heads:
+        return bm.build_model(bm.BertPretrainer(bert_config))
+    enc = BertEncoder.from_bert_config(bert_config, name="encoder")
+    enc(dummy_inputs(), training=False)
+    return enc
+
+
+def _encoder_of(model):
+    from bert_tf.export import common
+    enc = common.find_encoder(model)
+    if enc is None:
+        raise BertError(f"expected a BertEncoder or a bert_tf model, got {type(model).__name__}")
+    common.ensure_built(model)
+    return enc
+
+
+def tf1_variables(model):
+    """{TF1 name: (keras variable, shape in the TF1 layout)} for the model's weights."""
+    enc = _encoder_of(model)
+    e = enc.embeddings
+    out = {"bert/embeddings/word_embeddings": e.word_embeddings,
+           "bert/embeddings/token_type_embeddings": e.token_type_embeddings,
+           "bert/embeddings/position_embeddings": e.position_embeddings,
+           "bert/embeddings/LayerNorm/gamma": e.layer_norm.gamma,
+           "bert/embeddings/LayerNorm/beta": e.layer_norm.beta,
+           "bert/pooler/dense/kernel": enc.pooler.kernel,
+           "bert/pooler/dense/bias": enc.pooler.bias}
+    for i, block in enumerate(enc.transformer_layers):
+        p = f"bert/encoder/layer_{i}/"
+        dense = {"attention/self/query": block.attention.query,
+                 "attention/self/key": block.attention.key,
+                 "attention/self/value": block.attention.value,
+                 "attention/output/dense": block.attention_output,
+                 "intermediate/dense": block.intermediate, "output/dense": block.output_dense}
+        for name, layer in dense.items():
+            out[p + name + "/kernel"], out[p + name + "/bias"] = layer.kernel, layer.bias
+        for name, ln in (("attention/output/LayerNorm", block.attention_layer_norm),
+                         ("output/LayerNorm", block.output_layer_norm)):
+            out[p + name + "/gamma"], out[p + name + "/beta"] = ln.gamma, ln.beta
+    mlm, nsp = getattr(model, "masked_lm", None), getattr(model, "next_sentence", None)
+    if mlm is not None:
+        out.update({"cls/predictions/transform/dense/kernel": mlm.transform.kernel,
+                    "cls/predictions/transform/dense/bias": mlm.transform.bias,
+                    "cls/predictions/transform/LayerNorm/gamma": mlm.layer_norm.gamma,
+                    "cls/predictions/transform/LayerNorm/beta": mlm.layer_norm.beta,
+                    "cls/predictions/output_bias": mlm.output_bias})
+    if nsp is not None:
+        # TF1 stores the NSP kernel transposed: [2, H].
+        out["cls/seq_relationship/output_weights"] = nsp.dense.kernel
+        out["cls/seq_relationship/output_bias"] = nsp.dense.bias
+    return out
+
+
+_TRANSPOSED = ("cls/seq_relationship/output_weights",)
+
+
+def get_weights(model):
+    """{TF1 name: numpy array in the TF1 layout} of a bert_tf model."""
+    out = {}
+    for name, var in tf1_variables(model).items():
+        value = np.asarray(var.numpy() if hasattr(var, "numpy") else var)
+        out[name] = value.T if name in _TRANSPOSED else value
+    return out
+
+
+def set_weights(model, weights, source="weights"):
+    """Assigns TF1-named arrays to the model; every model weight must be present.
+
+    Raises BertError naming the first missing tensor or shape mismatch (nothing is assigned
+    then). Tensors the model has no place for (e.g. heads of a bare encoder) are ignored.
+    """
+    targets = tf1_variables(model)
+    plan = []
+    for name, var in targets.items():
+        if name not in weights:
+            raise BertError(f"{source}: no tensor for {name} (does the source hold this "
+                            "model's weights?)")
+        value = np.asarray(weights[name])
+        if name in _TRANSPOSED:
+            value = value.T
+        if tuple(value.shape) != tuple(var.shape):
+            raise BertError(f"{source}: {name} has shape {list(value.shape)}, the model "
+                            f"expects {list(var.shape)} (config/weights mismatch)")
+        plan.append((var, value))
+    for var, value in plan:
+        var.assign(value.astype(var.dtype if isinstance(var.dtype, str) else var.dtype.name))
+    return model
+
+
+def config_from_weights(weights, num_attention_heads, hidden_act="gelu", source="weights"):
+    """BertConfig implied by TF1-named arrays (head count and activation are not in them)."""
+    try:
+        vocab, hidden = weights["bert/embeddings/word_embeddings"].shape
+        layers = 0
+        while f"bert/encoder/layer_{layers}/attention/self/query/kernel" in weights:
+            layers += 1
+        return BertConfig(
+            vocab_size=int(vocab), hidden_size=int(hidden), num_hidden_layers=layers,
+            num_attention_heads=int(num_attention_heads),
+            intermediate_size=int(
+                weights["bert/encoder/layer_0/intermediate/dense/kernel"].shape[1]),
+            hidden_act=hidden_act,
+            max_position_embeddings=int(weights["bert/embeddings/position_embeddings"].shape[0]),
+            type_vocab_size=int(weights["bert/embeddings/token_type_embeddings"].shape[0]),
+            source=source)
+    except KeyError as e:
+        raise BertError(f"{source}: not a BERT encoder (no tensor {e.args[0]})") from None
+
+
+def model_from_weights(bert_config, weights, source="weights"):
+    """A new bert_tf model (a BertPretrainer if MLM weights are present) holding `weights`."""
+    heads = "cls/predictions/output_bias" in weights
+    model = build_bert_model(bert_config, with_pretraining_heads=heads)
+    if heads and "cls/seq_relationship/output_weights" not in weights:
+        weights = dict(weights)  # MLM without NSP: keep the NSP head as initialised
+        weights.update({k: v for k, v in get_weights(model).items()
+                        if k.startswith("cls/seq_relationship/")})
+    return set_weights(model, weights, source)
+
+
+# ---- Model Garden checkpoints ----------------------------------------------------------------
+
+class _ObjectGraph:
+    """Child-name lookups in a TF2 object-based checkpoint (aliases resolve naturally)."""
+
+    def __init__(self, prefix):
+        import tensorflow as tf
+        from tensorflow.core.protobuf import trackable_object_graph_pb2
+        try:
+            self.reader = tf.train.load_checkpoint(prefix)
+            raw = self.reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH")
+        except (tf.errors.OpError, ValueError) as e:
+            raise BertError(f"{prefix}: not a readable TF2 checkpoint "
+                            f"({str(e).splitlines()[0][:200]})") from None
+        self.prefix = prefix
+        self.graph = trackable_object_graph_pb2.TrackableObjectGraph()
+        self.graph.ParseFromString(raw)
+
+    def node(self, path, start=0):
+        node_id = start
+        parts = path if isinstance(path, list) else [p for p in path.split("/") if p]
+        for part in parts:
+            children = {c.local_name: c.node_id for c in self.graph.nodes[node_id].children}
+            if part not in children:
+                return None
+            node_id = children[part]
+        return node_id
+
+    def children(self, node_id):
+        return [c.local_name for c in self.graph.nodes[node_id].children]
+
+    def value(self, node_id, path):
+        nid = self.node(path, node_id)
+        if nid is None:
+            return None
+        for attr in self.graph.nodes[nid].attributes:
+            if attr.name == "VARIABLE_VALUE":
+                return self.reader.get_tensor(attr.checkpoint_key)
+        return None
+
+    def require(self, node_id, path, what):
+        value = self.value(node_id, path)
+        if value is None:
+            raise BertError(f"{self.prefix}: no {what} at {path!r} (not a Model Garden "
+                            "BertEncoder checkpoint, or truncated)")
+        return value
+
+
+def _resolve_prefix(path):
+    import tensorflow as tf
+    if tf.io.gfile.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest is None:
+            raise BertError(f"{path}: directory holds no checkpoint")
+        return latest
+    if not tf.io.gfile.exists(path + ".index"):
+        raise BertError(f"{path}: no checkpoint ({path}.index not found)")
+    return path
+
+
+def _encoder_block_paths(graph, enc_id):
+    """Model Garden BertEncoder (functional): layer_with_weights-{0..3} embeddings/LN, then
+    one per transformer block, then the pooler."""
+    blocks = []
+    k = 4
+    while graph.node(f"layer_with_weights-{k}/_attention_layer", enc_id) is not None:
+        blocks.append(f"layer_with_weights-{k}")
+        k += 1
+    return blocks, f"layer_with_weights-{k}"
+
+
+def _heads_shape(qkernel):
+    return int(qkernel.shape[1])
+
+
+def read_model_garden_checkpoint(path, hidden_act="gelu", copy_pooler_dense_to_encoder=False):
+    """Reads a Model Garden TF2 BERT checkpoint into (BertConfig, TF1-named weights).
+
+    Args:
+        path: checkpoint prefix (or a directory: its latest checkpoint) written from
+            `tf.train.Checkpoint(encoder=BertEncoder)` (released TF2 BERT checkpoints; the
+            legacy root name `model` works too) or from `BertPretrainerV2.checkpoint_items`
+            (adds the `masked_lm` head and, if present, the `next_sentence` head).
+        hidden_act: not stored in checkpoints; Model Garden's BertEncoder default is the tanh
+            GELU, bert_tf's "gelu". Use "gelu_exact" for an encoder built with exact GELU.
+        copy_pooler_dense_to_encoder: take the pooler from `next_sentence.pooler_dense`
+            (Model Garden's export flag of the same name); by default the encoder's own
+            pooler is kept and the NSP head's pooler must equal it or is dropped.
+    """
+    prefix = _resolve_prefix(path)
+    g = _ObjectGraph(prefix)
+    # Layouts: Checkpoint(encoder=BertEncoder) (released; legacy root `model`),
+    # Checkpoint(**BertPretrainerV2.checkpoint_items) (encoder, masked_lm,
+    # next_sentence.pooler_dense) and Checkpoint(model=BertPretrainerV2) (training runs).
+    enc_id, mlm, nsp_pooler, nsp_out = g.node("encoder"), g.node("masked_lm"), None, None
+    if g.node("next_sentence.pooler_dense") is not None:
+        nsp_pooler = "next_sentence.pooler_dense"
+    full = g.node("model/encoder_network")
+    if enc_id is None and full is not None:
+        enc_id, mlm = full, g.node("model/masked_lm")
+    heads = g.node("model/classification_heads")
+    for name in g.children(heads) if heads is not None else []:
+        head = f"model/classification_heads/{name}"
+        kernel = g.value(0, head + "/out_proj/kernel")
+        if kernel is not None and kernel.shape[-1] == 2 and nsp_out is None:
+            nsp_pooler, nsp_out = head + "/dense", head + "/out_proj"
+    if enc_id is None:
+        enc_id = g.node("model")
+    if enc_id is None:
+        raise BertError(f"{prefix}: no 'encoder' object (not a Model Garden BERT checkpoint; "
+                        f"top-level objects: {', '.join(g.children(0))})")
+    blocks, pooler = _encoder_block_paths(g, enc_id)
+    if not blocks:
+        raise BertError(f"{prefix}: the encoder has no transformer blocks in Model Garden's "
+                        "BertEncoder layout")
+    w = {}
+    word = g.value(enc_id, "layer_with_weights-0/embeddings")
+    if word is None:  # BertPretrainerV2 saves the tied table under masked_lm only
+        word = g.value(0, "masked_lm/embedding_table")
+    if word is None:
+        raise BertError(f"{prefix}: no word embeddings found")
+    h = int(word.shape[1])
+    w["bert/embeddings/word_embeddings"] = word
+    w["bert/embeddings/position_embeddings"] = g.require(
+        enc_id, "layer_with_weights-1/embeddings", "position embeddings")
+    w["bert/embeddings/token_type_embeddings"] = g.require(
+        enc_id, "layer_with_weights-2/embeddings", "type embeddings")
+    for p in ("gamma", "beta"):
+        w[f"bert/embeddings/LayerNorm/{p}"] = g.require(enc_id, f"layer_with_weights-3/{p}",
+                                                        "embedding LayerNorm")
+    heads = None
+    for i, block in enumerate(blocks):
+        t = f"bert/encoder/layer_{i}/"
+        for ours, theirs in (("query", "_query_dense"), ("key", "_key_dense"),
+                             ("value", "_value_dense")):
+            kernel = g.require(enc_id, f"{block}/_attention_layer/{theirs}/kernel", "attention")
+            heads = _heads_shape(kernel)
+            w[t + f"attention/self/{ours}/kernel"] = kernel.reshape(h, h)
+            w[t + f"attention/self/{ours}/bias"] = g.require(
+                enc_id, f"{block}/_attention_layer/{theirs}/bias", "attention").reshape(h)
+        w[t + "attention/output/dense/kernel"] = g.require(
+            enc_id, f"{block}/_attention_layer/_output_dense/kernel", "attention").reshape(h, h)
+        w[t + "attention/output/dense/bias"] = g.require(
+            enc_id, f"{block}/_attention_layer/_output_dense/bias", "attention")
+        for ours, theirs in (("attention/output/LayerNorm", "_attention_layer_norm"),
+                             ("output/LayerNorm", "_output_layer_norm")):
+            for p in ("gamma", "beta"):
+                w[t + f"{ours}/{p}"] = g.require(enc_id, f"{block}/{theirs}/{p}", "LayerNorm")
+        for ours, theirs in (("intermediate/dense", "_intermediate_dense"),
+                             ("output/dense", "_output_dense")):
+            for p in ("kernel", "bias"):
+                w[t + f"{ours}/{p}"] = g.require(enc_id, f"{block}/{theirs}/{p}", "dense")
+    for p in ("kernel", "bias"):
+        w[f"bert/pooler/dense/{p}"] = g.require(enc_id, f"{pooler}/{p}", "pooler")
+    if mlm is not None:
+        w["cls/predictions/transform/dense/kernel"] = g.require(mlm, "dense/kernel", "MLM")
+        w["cls/predictions/transform/dense/bias"] = g.require(mlm, "dense/bias", "MLM")
+        w["cls/predictions/transform/LayerNorm/gamma"] = g.require(mlm, "layer_norm/gamma", "MLM")
+        w["cls/predictions/transform/LayerNorm/beta"] = g.require(mlm, "layer_norm/beta", "MLM")
+        bias = g.value(mlm, ["output_bias/bias"])  # one child named with a slash
+        w["cls/predictions/output_bias"] = (bias if bias is not None else
+                                            g.require(mlm, "output_bias", "MLM output bias"))
+    if nsp_out is not None:
+        w["cls/seq_relationship/output_weights"] = g.require(0, nsp_out + "/kernel", "NSP").T
+        w["cls/seq_relationship/output_bias"] = g.require(0, nsp_out + "/bias", "NSP")
+    if copy_pooler_dense_to_encoder:
+        if nsp_pooler is None:
+            raise BertError(f"{prefix}: copy_pooler_dense_to_encoder: the checkpoint has no "
+                            "next_sentence head")
+        w["bert/pooler/dense/kernel"] = g.require(0, nsp_pooler + "/kernel", "NSP pooler")
+        w["bert/pooler/dense/bias"] = g.require(0, nsp_pooler + "/bias", "NSP pooler")
+    cfg = config_from_weights(w, heads, hidden_act, prefix)
+    return cfg, w
+
+
+def load_model_garden_checkpoint(path, bert_config=None, **kwargs):
+    """A new bert_tf model from a Model Garden checkpoint (see read_model_garden_checkpoint):
+    a BertPretrainer if the checkpoint has the MLM head, else a BertEncoder. A given
+    bert_config must agree with the checkpoint's shapes."""
+    cfg, weights = read_model_garden_checkpoint(path, **kwargs)
+    return model_from_weights(bert_config or cfg, weights, source=path)
+
+
+def _activation_for_mg(hidden_act, tf_keras):
+    if hidden_act in ("gelu", "gelu_new"):
+        return lambda x: tf_keras.activations.gelu(x, approximate=True)
+    if hidden_act == "gelu_exact":
+        return lambda x: tf_keras.activations.gelu(x, approximate=False)
+    return hidden_act
+
+
+def model_garden_encoder(bert_config):
+    """An `official.nlp.modeling.networks.BertEncoder` (tf_keras) for bert_config, dict outputs.
+
+    Needs tf-models-official and tf_keras (imported here, never at module level).
+    """
+    tf_keras = require_peer("tf_keras", "tf_keras==2.20.1")
+    networks = require_peer("official.nlp.modeling.networks", "tf-models-official==2.20.0")
+    c = bert_config
+    return networks.BertEncoder(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_layers=c.num_hidden_layers,
+        num_attention_heads=c.num_attention_heads, intermediate_size=c.intermediate_size,
+        activation=_activation_for_mg(c.hidden_act, tf_keras),
+        dropout_rate=c.hidden_dropout_prob, attention_dropout_rate=c.attention_probs_dropout_prob,
+        max_sequence_length=c.max_position_embeddings, type_vocab_size=c.type_vocab_size,
+        initializer=tf_keras.initializers.TruncatedNormal(stddev=c.initializer_range),
+        dict_outputs=True)
+
+
+def _set_mg_encoder(encoder, w, cfg):
+    h, n = cfg.hidden_size, cfg.num_attention_heads
+    d = h // n
+    by_name = {v.name.split(":")[0]: v for v in encoder.weights}
+
+    def put(name, value):
+        var = by_name[name]
+        var.assign(np.asarray(value).reshape(var.shape))
+
+    put("word_embeddings/embeddings", w["bert/embeddings/word_embeddings"])
+    put("position_embedding/embeddings", w["bert/embeddings/position_embeddings"])
+    put("type_embeddings/embeddings", w["bert/embeddings/token_type_embeddings"])
+    put("embeddings/layer_norm/gamma", w["bert/embeddings/LayerNorm/gamma"])
+    put("embeddings/layer_norm/beta", w["bert/embeddings/LayerNorm/beta"])
+    for i in range(cfg.num_hidden_layers):
+        t, m = f"bert/encoder/layer_{i}/", f"transformer/layer_{i}/"
+        for q in ("query", "key", "value"):
+            put(m + f"self_attention/{q}/kernel", w[t + f"attention/self/{q}/kernel"])
+            put(m + f"self_attention/{q}/bias", w[t + f"attention/self/{q}/bias"])
+        put(m + "self_attention/attention_output/kernel",
+            w[t + "attention/output/dense/kernel"].reshape(n, d, h))
+        put(m + "self_attention/attention_output/bias", w[t + "attention/output/dense/bias"])
+        for ours, theirs in (("attention/output/LayerNorm", "self_attention_layer_norm"),
+                             ("output/LayerNorm", "output_layer_norm")):
+            put(m + f"{theirs}/gamma", w[t + f"{ours}/gamma"])
+            put(m + f"{theirs}/beta", w[t + f"{ours}/beta"])
+        for ours, theirs in (("intermediate/dense", "intermediate"), ("output/dense", "output")):
+            put(m + f"{theirs}/kernel", w[t + f"{ours}/kernel"])
+            put(m + f"{theirs}/bias", w[t + f"{ours}/bias"])
+    put("pooler_transform/kernel", w["bert/pooler/dense/kernel"])
+    put("pooler_transform/bias", w["bert/pooler/dense/bias"])
+
+
+def to_model_garden(model):
+    """The Model Garden objects holding a bert_tf model's weights: (checkpoint items dict,
+    encoder). A BertPretrainer gives BertPretrainerV2's items (`encoder`, `masked_lm`,
+    `next_sentence` whose pooler_dense copies the encoder's pooler); an encoder gives
+    {"encoder": BertEncoder}."""
+    import tensorflow as tf
+    cfg = _encoder_of(model).bert_config
+    w = get_weights(model)
+    encoder = model_garden_encoder(cfg)
+    _set_mg_encoder(encoder, w, cfg)
+    if "cls/predictions/output_bias" not in w:
+        return {"encoder": encoder}, encoder
+    tf_keras = require_peer("tf_keras", "tf_keras==2.20.1")
+    mg_models = require_peer("official.nlp.modeling.models", "tf-models-official==2.20.0")
+    mg_layers = require_peer("official.nlp.modeling.layers", "tf-models-official==2.20.0")
+    nsp = mg_layers.ClassificationHead(inner_dim=cfg.hidden_size, num_classes=2,
+                                       name="next_sentence")
+    pretrainer = mg_models.BertPretrainerV2(
+        encoder_network=encoder, mlm_activation=_activation_for_mg(cfg.hidden_act, tf_keras),
+        classification_heads=[nsp])
+    ids = tf.ones((1, 4), tf.int32)
+    pretrainer(dict(input_word_ids=ids, input_mask=ids, input_type_ids=tf.zeros_like(ids),
+                    masked_lm_positions=tf.zeros((1, 1), tf.int32)))
+    mlm = pretrainer.masked_lm
+    mlm.dense.kernel.assign(w["cls/predictions/transform/dense/kernel"])
+    mlm.dense.bias.assign(w["cls/predictions/transform/dense/bias"])
+    mlm.layer_norm.gamma.assign(w["cls/predictions/transform/LayerNorm/gamma"])
+    mlm.layer_norm.beta.assign(w["cls/predictions/transform/LayerNorm/beta"])
+    mlm.bias.assign(w["cls/predictions/output_bias"])
+    nsp.dense.kernel.assign(w["bert/pooler/dense/kernel"])
+    nsp.dense.bias.assign(w["bert/pooler/dense/bias"])
+    nsp.out_proj.kernel.assign(w["cls/seq_relationship/output_weights"].T)
+    nsp.out_proj.bias.assign(w["cls/seq_relationship/output_bias"])
+    # `_pretrainer`: the whole model, for the Checkpoint(model=...) layout of training runs.
+    return dict(pretrainer.checkpoint_items, _pretrainer=pretrainer), encoder
+
+
+def save_model_garden_checkpoint(model, prefix):
+    """Writes a checkpoint Model Garden restores at `prefix` (.index + .data-*).
+
+    An encoder is saved as `tf.train.Checkpoint(encoder=BertEncoder)`. A BertPretrainer is
+    saved so that both `Checkpoint(**BertPretrainerV2.checkpoint_items)` (export_tfhub_lib)
+    and `Checkpoint(model=BertPretrainerV2)` (training runs, which include the NSP output
+    layer) restore it; the NSP head's pooler is the encoder's.
+
+    The files are written under a temporary prefix and renamed, the .index last, so a
+    reader never sees a partial checkpoint. Returns prefix.
+    """
+    import tensorflow as tf
+    items = dict(to_model_garden(model)[0])
+    if "_pretrainer" in items:
+        items["model"] = items.pop("_pretrainer")
+    parent = os.path.dirname(prefix)
+    if parent:
+        tf.io.gfile.makedirs(parent)
+    tmp = f"{prefix}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    ckpt = tf.train.Checkpoint(**items)
+    # Restorers check assert_existing_objects_matched(), which includes their save_counter.
+    ckpt.save_counter.assign_add(1)
+    written = ckpt.write(tmp)
+    try:
+        files = sorted(tf.io.gfile.glob(written + ".*"), key=lambda f: f.endswith(".index"))
+        for f in files:
+            tf.io.gfile.rename(f, prefix + f[len(written):], overwrite=True)
+    finally:
+        for f in tf.io.gfile.glob(tmp + ".*"):
+            tf.io.gfile.remove(f)
+    return prefix
