@@ -5,7 +5,10 @@
     `encoder_outputs` (list of the L layers' [B, S, H]); float32, dropout off.
   - `serve`: alias of `__call__` (the endpoint `keras.layers.TFSMLayer(path)` calls by default);
   - signature `serving_default`: the same inputs; `encoder_outputs` stacked batch-major to
-    [B, L, S, H] (signature outputs must be flat tensors sharing the batch dimension).
+    [B, L, S, H] (signature outputs must be flat tensors sharing the batch dimension);
+  - `variables`, `trainable_variables`, `regularization_losses` (TF Hub's reusable SavedModel
+    API): `hub.KerasLayer(export_dir, trainable=True)` fine-tunes the encoder's weights. They
+    are the same tf.Variables the functions read (TF Serving's loader restores those).
 """
 import bert_tf  # noqa: F401
 import tensorflow as tf
@@ -15,6 +18,16 @@ from bert_tf.export import common
 
 
 class EncoderModule(tf.Module):
+    """The encoder SavedModel's root object (see module docstring).
+
+    Args:
+        encoder_or_model: a BertEncoder, a functional encoder model or a bert_tf task model
+            (only its encoder is exported).
+    """
+
+    # Plain attributes instead of tf.Module's computed properties, so they are saved.
+    variables = trainable_variables = regularization_losses = None
+
     def __init__(self, encoder_or_model, name="bert_encoder"):
         super().__init__(name=name)
         cfg = common.bert_config_of(encoder_or_model, "export_encoder")
@@ -25,6 +38,10 @@ class EncoderModule(tf.Module):
         self._model = common.Ref(model)
         self._cfg = cfg
         self.model_variables = common.tf_variables(model)
+        self.variables = list(self.model_variables)
+        trainable = {id(getattr(w, "value", w)) for w in model.trainable_weights}
+        self.trainable_variables = [v for v in self.model_variables if id(v) in trainable]
+        self.regularization_losses = []  # BERT fine-tuning uses decoupled weight decay
         # keras.layers.TFSMLayer's default endpoint name.
         self.serve = self.__call__
 
