@@ -1,8 +1,8 @@
 """Encoder SavedModel (TF Hub convention): int32 ids dict -> pooled/sequence/per-layer outputs.
 
   - `__call__(inputs)`: dict `input_word_ids`, `input_mask`, `input_type_ids` int32 [batch, seq]
-    (both dims dynamic) -> dict `pooled_output` [B, H], `sequence_output` [B, S, H],
-    `encoder_outputs` (list of the L layers' [B, S, H]); float32, dropout off.
+    (both dims dynamic) -> dict `pooled_output` [B, H] (also as `default`), `sequence_output`
+    [B, S, H], `encoder_outputs` (list of the L layers' [B, S, H]); float32, dropout off.
   - `serve`: alias of `__call__` (the endpoint `keras.layers.TFSMLayer(path)` calls by default);
   - signature `serving_default`: the same inputs; `encoder_outputs` stacked batch-major to
     [B, L, S, H] (signature outputs must be flat tensors sharing the batch dimension);
@@ -59,7 +59,10 @@ class EncoderModule(tf.Module):
 
     @tf.function(input_signature=[common.ids_spec()], autograph=False)
     def __call__(self, inputs):
-        return self.encode(inputs)
+        out = self.encode(inputs)
+        # TF Hub's alias for the whole-input representation (Model Garden exports have it).
+        out["default"] = out["pooled_output"]
+        return out
 
     @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
     def serve_flat(self, input_word_ids, input_mask, input_type_ids):
