@@ -1,9 +1,9 @@
-"""Model Garden (tf-models-official) TF2 checkpoints and TF Hub BERT SavedModels <-> bert_tf.
+"""Model Garden (tf-models-official) TF2 BERT checkpoints <-> bert_tf.
 
-Reading needs no peer: a Model Garden checkpoint is walked through its object graph (the
-layout of `official.nlp.modeling.networks.BertEncoder` and of `BertPretrainerV2`'s
-`masked_lm` / `next_sentence` heads), a TF Hub SavedModel through its variable names.
-Writing builds the Model Garden objects themselves (tf_keras), imported lazily.
+Reading needs no peer: a checkpoint is walked through its object graph (the layout of
+`official.nlp.modeling.networks.BertEncoder` and of `BertPretrainerV2`'s `masked_lm` /
+`next_sentence` heads). Writing builds the Model Garden objects themselves (tf_keras),
+imported lazily. TF Hub SavedModels: bert_tf.convert.tfhub.
 
 Weights travel as TF1-named dicts (bert_tf.convert.interop).
 
@@ -22,6 +22,7 @@ from bert_tf.convert.interop import (  # noqa: F401  (re-exported for convenienc
     require_peer, set_weights)
 
 # ---- Model Garden checkpoints ----------------------------------------------------------------
+
 
 class _ObjectGraph:
     """Child-name lookups in a TF2 object-based checkpoint (aliases resolve naturally)."""
@@ -92,10 +93,6 @@ def _encoder_block_paths(graph, enc_id):
     return blocks, f"layer_with_weights-{k}"
 
 
-def _heads_shape(qkernel):
-    return int(qkernel.shape[1])
-
-
 def read_model_garden_checkpoint(path, hidden_act="gelu", copy_pooler_dense_to_encoder=False):
     """Reads a Model Garden TF2 BERT checkpoint into (BertConfig, TF1-named weights).
 
@@ -157,7 +154,7 @@ def read_model_garden_checkpoint(path, hidden_act="gelu", copy_pooler_dense_to_e
         for ours, theirs in (("query", "_query_dense"), ("key", "_key_dense"),
                              ("value", "_value_dense")):
             kernel = g.require(enc_id, f"{block}/_attention_layer/{theirs}/kernel", "attention")
-            heads = _heads_shape(kernel)
+            heads = int(kernel.shape[1])  # [H, heads, head_size]
             w[t + f"attention/self/{ours}/kernel"] = kernel.reshape(h, h)
             w[t + f"attention/self/{ours}/bias"] = g.require(
                 enc_id, f"{block}/_attention_layer/{theirs}/bias", "attention").reshape(h)

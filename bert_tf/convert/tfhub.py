@@ -6,7 +6,7 @@ and, when exported with `with_mlm=True`, of its `mlm` sub-model (`.../cls/predic
 The vocab and do_lower_case come from the encoder (`vocab_file` asset, `do_lower_case`) or from
 the matching preprocessing SavedModel.
 
->>> model, vocab_file, lower = load_tfhub_encoder("bert_en_uncased_L-12_H-768_A-12/4")  # doctest: +SKIP
+>>> model, vocab, lower = load_tfhub_encoder("bert_en_uncased_L-2_H-128_A-2/2")  # doctest: +SKIP
 """
 import os
 
