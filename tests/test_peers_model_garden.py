@@ -105,6 +105,20 @@ def test_model_garden_encoder_checkpoint_into_bert_tf(tmp_path):
     assert_encoder_parity(model(x, training=False), enc(x, training=False), x)
 
 
+def test_model_garden_bert_encoder_v2_checkpoint_into_bert_tf(tmp_path):
+    # encoder type "bert_v2": a layer with named attributes instead of a functional model
+    enc = networks.BertEncoderV2(
+        vocab_size=CFG["vocab_size"], hidden_size=16, num_layers=3, num_attention_heads=4,
+        intermediate_size=24, max_sequence_length=32, type_vocab_size=3, dict_outputs=True)
+    x, _ = inputs(6)
+    enc(x)
+    randomize(enc.weights, 6)
+    path = tf.train.Checkpoint(encoder=enc).save(str(tmp_path / "v2" / "ckpt"))
+    model = mgc.load_model_garden_checkpoint(path)
+    assert model.bert_config == BertConfig(**CFG)
+    assert_encoder_parity(model(x, training=False), enc(x, training=False), x)
+
+
 def test_model_garden_pretrainer_v2_heads_into_bert_tf(tmp_path):
     enc = mg_encoder()
     nsp = mg_layers.ClassificationHead(inner_dim=16, num_classes=2, name="next_sentence")

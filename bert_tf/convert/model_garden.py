@@ -82,15 +82,27 @@ def _resolve_prefix(path):
     return path
 
 
-def _encoder_block_paths(graph, enc_id):
-    """Model Garden BertEncoder (functional): layer_with_weights-{0..3} embeddings/LN, then
-    one per transformer block, then the pooler."""
+def _encoder_layout(graph, enc_id):
+    """Paths of the embedding tables, embedding LayerNorm, blocks and pooler inside the encoder.
+
+    BertEncoder (functional model): layer_with_weights-{0..3} hold the word / position / type
+    tables and the LayerNorm, then one per block, then the pooler. BertEncoderV2 (a layer,
+    encoder type "bert_v2"): named attributes.
+    """
+    if graph.node("_transformer_layers", enc_id) is not None:
+        blocks = [f"_transformer_layers/{name}" for name in sorted(
+            graph.children(graph.node("_transformer_layers", enc_id)), key=int)]
+        return ("_embedding_layer/embeddings", "_position_embedding_layer/embeddings",
+                "_type_embedding_layer/embeddings", "_embedding_norm_layer", blocks,
+                "_pooler_layer")
     blocks = []
     k = 4
     while graph.node(f"layer_with_weights-{k}/_attention_layer", enc_id) is not None:
         blocks.append(f"layer_with_weights-{k}")
         k += 1
-    return blocks, f"layer_with_weights-{k}"
+    return ("layer_with_weights-0/embeddings", "layer_with_weights-1/embeddings",
+            "layer_with_weights-2/embeddings", "layer_with_weights-3", blocks,
+            f"layer_with_weights-{k}")
 
 
 def read_model_garden_checkpoint(path, hidden_act="gelu", copy_pooler_dense_to_encoder=False):
@@ -98,14 +110,15 @@ def read_model_garden_checkpoint(path, hidden_act="gelu", copy_pooler_dense_to_e
 
     Args:
         path: checkpoint prefix (or a directory: its latest checkpoint) written from
-            `tf.train.Checkpoint(encoder=BertEncoder)` (released TF2 BERT checkpoints; the
+            `tf.train.Checkpoint(encoder=BertEncoder)` (released TF2 BERT checkpoints;
+            BertEncoderV2 too; the
             legacy root name `model` works too) or from `BertPretrainerV2.checkpoint_items`
             (adds the `masked_lm` head and, if present, the `next_sentence` head).
         hidden_act: not stored in checkpoints; Model Garden's BertEncoder default is the tanh
             GELU, bert_tf's "gelu". Use "gelu_exact" for an encoder built with exact GELU.
         copy_pooler_dense_to_encoder: take the pooler from `next_sentence.pooler_dense`
             (Model Garden's export flag of the same name); by default the encoder's own
-            pooler is kept and the NSP head's pooler must equal it or is dropped.
+            pooler is kept and the NSP head's pooler is dropped.
     """
     prefix = _resolve_prefix(path)
     g = _ObjectGraph(prefix)
@@ -129,12 +142,12 @@ def read_model_garden_checkpoint(path, hidden_act="gelu", copy_pooler_dense_to_e
     if enc_id is None:
         raise BertError(f"{prefix}: no 'encoder' object (not a Model Garden BERT checkpoint; "
                         f"top-level objects: {', '.join(g.children(0))})")
-    blocks, pooler = _encoder_block_paths(g, enc_id)
+    word_path, pos_path, type_path, norm, blocks, pooler = _encoder_layout(g, enc_id)
     if not blocks:
         raise BertError(f"{prefix}: the encoder has no transformer blocks in Model Garden's "
                         "BertEncoder layout")
     w = {}
-    word = g.value(enc_id, "layer_with_weights-0/embeddings")
+    word = g.value(enc_id, word_path)
     if word is None:  # BertPretrainerV2 saves the tied table under masked_lm only
         word = g.value(0, "masked_lm/embedding_table")
     if word is None:
@@ -142,11 +155,11 @@ def read_model_garden_checkpoint(path, hidden_act="gelu", copy_pooler_dense_to_e
     h = int(word.shape[1])
     w["bert/embeddings/word_embeddings"] = word
     w["bert/embeddings/position_embeddings"] = g.require(
-        enc_id, "layer_with_weights-1/embeddings", "position embeddings")
+        enc_id, pos_path, "position embeddings")
     w["bert/embeddings/token_type_embeddings"] = g.require(
-        enc_id, "layer_with_weights-2/embeddings", "type embeddings")
+        enc_id, type_path, "type embeddings")
     for p in ("gamma", "beta"):
-        w[f"bert/embeddings/LayerNorm/{p}"] = g.require(enc_id, f"layer_with_weights-3/{p}",
+        w[f"bert/embeddings/LayerNorm/{p}"] = g.require(enc_id, f"{norm}/{p}",
                                                         "embedding LayerNorm")
     heads = None
     for i, block in enumerate(blocks):
