@@ -136,6 +136,12 @@ def to_keras_hub_backbone(model):
 def save_keras_hub_preset(model, vocab_file, do_lower_case, preset_dir):
     """Writes a keras-hub BERT preset (backbone + tokenizer) to preset_dir, atomically.
 
+    Args:
+        model: a BertEncoder or bert_tf model with the tanh GELU ("gelu"); its encoder is saved.
+        vocab_file: the model's WordPiece vocab (as many lines as the embedding table rows).
+        do_lower_case: as the original's --do_lower_case.
+        preset_dir: a new directory (BertError if it exists).
+
     `BertBackbone.from_preset(preset_dir)` and `BertTextClassifier.from_preset(preset_dir,
     num_classes=...)` load it. The tokenizer lower-cases and strips accents exactly when
     do_lower_case is set, as the original FullTokenizer. Returns preset_dir.

@@ -207,9 +207,15 @@ def read_model_garden_checkpoint(path, hidden_act="gelu", copy_pooler_dense_to_e
 
 
 def load_model_garden_checkpoint(path, bert_config=None, **kwargs):
-    """A new bert_tf model from a Model Garden checkpoint (see read_model_garden_checkpoint):
-    a BertPretrainer if the checkpoint has the MLM head, else a BertEncoder. A given
-    bert_config must agree with the checkpoint's shapes."""
+    """A new bert_tf model from a Model Garden checkpoint.
+
+    Args:
+        path: checkpoint prefix or directory (see read_model_garden_checkpoint).
+        bert_config: optional BertConfig; must agree with the checkpoint's shapes (BertError
+            naming the first tensor that does not). Default: inferred from the checkpoint.
+        **kwargs: hidden_act, copy_pooler_dense_to_encoder (see read_model_garden_checkpoint).
+    Returns: a BertPretrainer if the checkpoint has the MLM head, else a BertEncoder.
+    """
     cfg, weights = read_model_garden_checkpoint(path, **kwargs)
     return model_from_weights(bert_config or cfg, weights, source=path)
 
@@ -312,6 +318,10 @@ def to_model_garden(model):
 
 def save_model_garden_checkpoint(model, prefix):
     """Writes a checkpoint Model Garden restores at `prefix` (.index + .data-*).
+
+    Args:
+        model: a BertEncoder or a bert_tf model (a BertPretrainer adds the MLM / NSP heads).
+        prefix: checkpoint prefix, e.g. "out/bert_model.ckpt".
 
     An encoder is saved as `tf.train.Checkpoint(encoder=BertEncoder)`. A BertPretrainer is
     saved so that both `Checkpoint(**BertPretrainerV2.checkpoint_items)` (export_tfhub_lib)

@@ -116,6 +116,11 @@ def read_tfhub_encoder(export_dir, hidden_act="gelu"):
 def load_tfhub_encoder(export_dir, bert_config=None, hidden_act="gelu"):
     """A bert_tf model from a TF Hub encoder SavedModel: (model, vocab_file, do_lower_case).
 
+    Args:
+        export_dir: the encoder SavedModel.
+        bert_config: optional BertConfig; default inferred from the weights.
+        hidden_act: see read_tfhub_encoder.
+
     The model is a BertPretrainer when the export has the `mlm` sub-model (its NSP head is
     freshly initialised: TF Hub exports carry none), else a BertEncoder. A given bert_config
     must agree with the weights' shapes.
