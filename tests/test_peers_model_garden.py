@@ -198,3 +198,8 @@ def test_model_garden_errors_are_one_line(tmp_path):
     with pytest.raises(BertError, match=r"shape \[40, 16\], the model expects \[41, 16\] "
                                         r"\(config/weights mismatch\)"):
         mgc.load_model_garden_checkpoint(path, bert_config=BertConfig(**dict(CFG, vocab_size=41)))
+    for data in (tmp_path / "mg").glob("ckpt-1.data-*"):
+        data.write_bytes(data.read_bytes()[:100])  # truncated
+    with pytest.raises(BertError, match="truncated or missing .data file") as e:
+        mgc.read_model_garden_checkpoint(path)
+    assert "\n" not in str(e.value)

@@ -225,6 +225,14 @@ def test_bert_pack_inputs_any_seq_length_from_one_export(env, seq_length):
 def test_tfhub_errors_are_one_line(env, tmp_path):
     with pytest.raises(BertError, match="not a SavedModel"):
         tfhub.read_tfhub_encoder(str(tmp_path))
+    import shutil
+    bad = str(tmp_path / "bad_vocab")
+    shutil.copytree(env.mg_enc, bad)
+    with open(os.path.join(bad, "assets", "vocab.txt"), "a", encoding="utf-8") as f:
+        f.write("extra\n")
+    with pytest.raises(BertError, match=f"vocab asset has {len(VOCAB) + 1} tokens but the "
+                                        f"embedding table has {len(VOCAB)} rows"):
+        tfhub.load_tfhub_encoder(bad)
     with pytest.raises(BertError, match="no BERT encoder variables"):
         tfhub.read_tfhub_encoder(env.pre)
     cfg = interop.config_from_weights(tfhub.read_tfhub_encoder(env.mg_enc)[1], 4)

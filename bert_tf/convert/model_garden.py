@@ -33,9 +33,9 @@ class _ObjectGraph:
         try:
             self.reader = tf.train.load_checkpoint(prefix)
             raw = self.reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH")
-        except (tf.errors.OpError, ValueError) as e:
-            raise BertError(f"{prefix}: not a readable TF2 checkpoint "
-                            f"({str(e).splitlines()[0][:200]})") from None
+        except (tf.errors.OpError, ValueError, IndexError, RuntimeError) as e:
+            raise BertError(f"{prefix}: not a readable TF2 checkpoint (truncated or missing "
+                            f".data file? {str(e).splitlines()[0][:200]})") from None
         self.prefix = prefix
         self.graph = trackable_object_graph_pb2.TrackableObjectGraph()
         self.graph.ParseFromString(raw)
@@ -59,7 +59,13 @@ class _ObjectGraph:
             return None
         for attr in self.graph.nodes[nid].attributes:
             if attr.name == "VARIABLE_VALUE":
-                return self.reader.get_tensor(attr.checkpoint_key)
+                import tensorflow as tf
+                try:
+                    return self.reader.get_tensor(attr.checkpoint_key)
+                except (tf.errors.OpError, ValueError, IndexError, RuntimeError) as e:
+                    raise BertError(f"{self.prefix}: cannot read {attr.checkpoint_key} "
+                                    f"(truncated or missing .data file? "
+                                    f"{str(e).splitlines()[0][:160]})") from None
         return None
 
     def require(self, node_id, path, what):

@@ -126,6 +126,12 @@ def load_tfhub_encoder(export_dir, bert_config=None, hidden_act="gelu"):
     must agree with the weights' shapes.
     """
     cfg, weights, vocab_file, do_lower_case = read_tfhub_encoder(export_dir, hidden_act)
+    if vocab_file is not None:
+        from bert_tf import tokenization
+        n = len(tokenization.vocab_tokens(vocab_file))
+        if n != cfg.vocab_size:
+            raise BertError(f"{export_dir}: vocab asset has {n} tokens but the embedding "
+                            f"table has {cfg.vocab_size} rows")
     model = model_from_weights(bert_config or cfg, weights, source=export_dir)
     return model, vocab_file, do_lower_case
 
