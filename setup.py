@@ -14,8 +14,11 @@ INSTALL_REQUIRES = [
 
 EXTRAS = {
     "test": ["pytest==9.2.0", "tensorflow-serving-api==2.20.0"],
-    # Heavy, tf_keras-based peers: comparison tests/benchmarks only, never imported by bert_tf.
-    "peers": ["tf-models-official==2.20.0", "tokenizers==0.23.3"],
+    # Interop tests/benchmarks only, never imported by bert_tf at module level. pip cannot
+    # resolve tf-models-official with the pinned stack in one go: use `make peers`, which
+    # installs it with --no-deps after the rest (constraints-peers.txt).
+    "peers": ["keras-hub==0.32.0", "tokenizers==0.23.3", "tensorflow-hub==0.16.1",
+              "tf_keras==2.20.1", "kagglehub==1.0.2", "kagglesdk==0.1.28"],
     "beam": ["apache-beam==2.77.0", "google-crc32c==1.9.0"],
 }
 

@@ -29,11 +29,10 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.modeling import models as bm
-from bert_tf.tokenization import text_graph
 from bert_tf import tokenization
 from bert_tf.export import common
-from bert_tf.export.preprocessor import (_TEXT, _TEXT_B, check_same_batch, check_seq_length,
-                                         check_text)
+from bert_tf.export.preprocessor import (TEXT_B_SPEC, TEXT_SPEC, TextPreprocessor,
+                                         check_seq_length)
 
 TASKS = ("embeddings", "fill_mask", "classification", "regression", "span", "tagging")
 MASK_LITERAL = tokenization.MASK
@@ -83,7 +82,8 @@ class EndToEndModule(tf.Module):
         if seq_length > cfg.max_position_embeddings:
             raise BertError(f"--seq_length: {seq_length} exceeds max_position_embeddings "
                             f"{cfg.max_position_embeddings}")
-        self.tokenizer = text_graph.BertTextTokenizer(vocab_file, do_lower_case)
+        # The one in-graph preprocessor every export uses (tracked: vocab table and asset).
+        self.preprocessing = TextPreprocessor(vocab_file, do_lower_case, seq_length)
         tok = self.tokenizer
         if tok.vocab_size > cfg.vocab_size:
             raise BertError(f"{vocab_file}: vocab has {tok.vocab_size} lines but the model's "
@@ -122,40 +122,34 @@ class EndToEndModule(tf.Module):
         return self._seq_length
 
     @property
+    def tokenizer(self):
+        return self.preprocessing.tokenizer
+
+    @property
     def labels(self):
         return self._labels.obj
 
     # -- text -> ids -------------------------------------------------------------------------
     def _tokenize(self, text):
-        """string [B] -> int64 ragged [B, tokens]."""
-        tok = self.tokenizer
+        """string [B] -> int32 ragged [B, tokens]."""
+        pre = self.preprocessing
         if self.task != "fill_mask":
-            return tok.tokenize(text).merge_dims(1, 2)
+            return pre.tokenize(text).merge_dims(1, 2)
         # Split on the literal first, so "[MASK]" is not cleaned/lower-cased/split into pieces.
         parts = tf.strings.split(text, sep=MASK_LITERAL)            # [B, (masks + 1)]
-        pieces = tok.tokenize(parts.flat_values).merge_dims(1, 2)   # [parts, (tokens)]
+        pieces = pre.tokenize(parts.flat_values).merge_dims(1, 2)   # [parts, (tokens)]
         lengths = parts.row_lengths()
         index_in_row = tf.ragged.range(lengths).flat_values
         not_last = index_in_row < tf.repeat(lengths, lengths) - 1
         masks = tf.RaggedTensor.from_row_lengths(
             tf.fill([tf.reduce_sum(tf.cast(not_last, tf.int64))],
-                    tf.constant(tok.mask_id, tf.int64)),
+                    tf.constant(pre.mask_id, tf.int32)),
             tf.cast(not_last, tf.int64))
         joined = tf.concat([pieces, masks], axis=1)
         return tf.RaggedTensor.from_row_splits(joined, parts.row_splits).merge_dims(1, 2)
 
-    def _pack(self, segments):
-        tok = self.tokenizer
-        return text_graph.pack_inputs(segments, self._seq_length, tok.cls_id, tok.sep_id,
-                                      tok.pad_id)
-
     def _text_to_ids(self, text, text_b=None):
-        text = check_text(text, "text")
-        tokenize = self._tokenize_fn.obj
-        if text_b is None:
-            return self._pack([tokenize(text)])
-        text, text_b = check_same_batch(text, check_text(text_b, "text_b"))
-        return self._pack([tokenize(text), tokenize(text_b)])
+        return self.preprocessing.text_to_ids(text, text_b, tokenize=self._tokenize_fn.obj)
 
     # -- ids -> task outputs -----------------------------------------------------------------
     def _token_strings(self, ids, mask):
@@ -244,11 +238,11 @@ class EndToEndModule(tf.Module):
                 "top_k_scores": tf.where(ok, top.values, 0.0)}
 
     # -- exported functions ------------------------------------------------------------------
-    @tf.function(input_signature=[_TEXT], autograph=False)
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def __call__(self, text):
         return self._outputs_fn.obj(self._ids_fn.obj(text))
 
-    @tf.function(input_signature=[_TEXT, _TEXT_B], autograph=False)
+    @tf.function(input_signature=[TEXT_SPEC, TEXT_B_SPEC], autograph=False)
     def serve_pairs(self, text, text_b):
         return self._outputs_fn.obj(self._ids_fn.obj(text, text_b))
 
@@ -257,7 +251,7 @@ class EndToEndModule(tf.Module):
         return self._outputs_fn.obj({"input_word_ids": input_word_ids, "input_mask": input_mask,
                                      "input_type_ids": input_type_ids})
 
-    @tf.function(input_signature=[_TEXT], autograph=False)
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def preprocess(self, text):
         return self._ids_fn.obj(text)
 

@@ -1,14 +1,21 @@
-"""TF Hub-style BERT preprocessor SavedModel: raw strings -> encoder inputs, in-graph.
+"""The in-graph BERT preprocessor every export uses, and its TF Hub-style SavedModel.
 
-The exported object has (TF Hub / Model Garden convention):
-  - `__call__(text)` (alias `serve`) and signature `serving_default(text)`: string [batch] -> int32
-    `input_word_ids`, `input_mask`, `input_type_ids` [batch, seq_length];
+`TextPreprocessor` (a tf.Module: the vocab table and asset travel with whatever holds it)
+tokenizes like the original FullTokenizer and packs like its convert_single_example; the
+preprocessor, end-to-end and serving exports all call it.
+
+The exported preprocessor is a drop-in for Model Garden's `export_tfhub_lib` preprocessing
+SavedModel (the TF Hub text preprocessor API):
+  - `__call__(text)` (alias `serve`) and signature `serving_default(text)`: string [batch] ->
+    int32 `input_word_ids`, `input_mask`, `input_type_ids` [batch, seq_length];
   - signature `serving_pairs(text, text_b)`: the same for sentence pairs;
-  - `tokenize(text)`: int64 RaggedTensor [batch, words, pieces];
-  - `bert_pack_inputs([tok_a] or [tok_a, tok_b], seq_length=N)`: [CLS] a [SEP] (b [SEP]) packed,
-    the longer segment truncated first. N defaults to the export's seq_length; a restored
-    function only accepts the Python values it was traced with, so other lengths must be
-    listed at export time (`extra_pack_seq_lengths`).
+  - `tokenize(text)`: int32 RaggedTensor [batch, words, pieces];
+  - `bert_pack_inputs([tok_a] or [tok_a, tok_b], seq_length=N)`: [CLS] a [SEP] (b [SEP])
+    packed, the longer segment truncated first. Segments are int32 or int64 ragged
+    [batch, (words), (pieces)] or [batch, (pieces)]; N is any length >= 3 (a scalar int32
+    argument, so `hub.KerasLayer(p.bert_pack_inputs, arguments=dict(seq_length=64))` works
+    from one export), default the export's seq_length;
+  - `variables`, `trainable_variables`, `regularization_losses` (empty: nothing to train).
 The vocab file is a SavedModel asset (copied into assets/ by tf.saved_model.save).
 """
 import bert_tf  # noqa: F401
@@ -18,13 +25,13 @@ from bert_tf import BertError
 from bert_tf.tokenization import text_graph
 from bert_tf.export import common
 
-
-_TEXT = tf.TensorSpec([None], tf.string, name="text")
-_TEXT_B = tf.TensorSpec([None], tf.string, name="text_b")
-_TOKENS = tf.RaggedTensorSpec([None, None, None], tf.int64, ragged_rank=2)
+TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+TEXT_B_SPEC = tf.TensorSpec([None], tf.string, name="text_b")
+SEQ_LENGTH_SPEC = tf.TensorSpec([], tf.int32, name="seq_length")
 
 
 def check_seq_length(seq_length, what="seq_length", pairs=True):
+    """BertError unless seq_length is a Python int leaving room for [CLS]/[SEP]."""
     if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < (
             3 if pairs else 2):
         raise BertError(f"{what}: must be an integer >= {3 if pairs else 2}, got {seq_length!r}")
@@ -36,75 +43,199 @@ def check_text(text, name):
 
 
 def check_same_batch(a, b):
+    """a, b with an in-graph check that their batch sizes agree."""
     with tf.control_dependencies([tf.debugging.assert_equal(
             tf.shape(a)[0], tf.shape(b)[0], message="text and text_b must have the same batch")]):
         return tf.identity(a), tf.identity(b)
 
 
-class BertPreprocessor(tf.Module):
-    """In-graph tokenizer + packer (see module docstring)."""
+def _flatten_segment(seg):
+    if not isinstance(seg, tf.RaggedTensor):
+        seg = tf.RaggedTensor.from_tensor(seg)
+    while seg.ragged_rank > 1:
+        seg = seg.merge_dims(1, 2)
+    return tf.cast(seg.with_row_splits_dtype(tf.int64), tf.int32)
 
-    def __init__(self, vocab_file, do_lower_case=True, seq_length=128,
-                 extra_pack_seq_lengths=(), name="bert_preprocessor"):
+
+def pack_segments(segments, seq_length, cls_id, sep_id, pad_id=0):
+    """[CLS] a [SEP] (b [SEP]) as int32 [batch, seq_length], exactly like the original.
+
+    Args:
+        segments: 1 or 2 int RaggedTensors [batch, (words), (pieces)] or [batch, (pieces)].
+        seq_length: Python int (static output shape) or scalar int32 tensor.
+        cls_id, sep_id, pad_id: special token ids.
+    Single segment: cut to seq_length - 2. Pair: cut to seq_length - 3 in total as the
+    original's _truncate_seq_pair does (pop from the longer, ties pop from b). A b that
+    tokenizes to nothing gives [CLS] a [SEP] with the single-segment budget, per row (the
+    original tests `if tokens_b:`). Dense selects only: cheap to trace, serving-safe.
+    """
+    n = len(segments)
+    if not 1 <= n <= 2:
+        raise BertError(f"bert_pack_inputs: expected 1 or 2 segments, got {n}")
+    static = isinstance(seq_length, int)
+    checks = []
+    if static:
+        check_seq_length(seq_length, "bert_pack_inputs: seq_length", pairs=n == 2)
+    else:
+        seq_length = tf.cast(seq_length, tf.int32)
+        checks.append(tf.debugging.assert_greater_equal(
+            seq_length, n + 1, message="seq_length leaves no room for [CLS]/[SEP]"))
+    with tf.control_dependencies(checks):
+        segs = [_flatten_segment(s) for s in segments]
+    lens = [tf.cast(s.row_lengths(), tf.int32) for s in segs]
+    batch = segs[0].nrows(out_type=tf.int32)
+    single_len = tf.minimum(lens[0], seq_length - 2)
+    if n == 1:
+        len_a, len_b, has_b = single_len, tf.zeros_like(single_len), tf.zeros_like(single_len)
+    else:
+        budget = seq_length - 3
+        has_b_row = lens[1] > 0
+        pair_a = tf.minimum(lens[0], tf.maximum(budget - lens[1], (budget + 1) // 2))
+        len_b = tf.minimum(lens[1], tf.maximum(budget - lens[0], budget // 2))
+        len_a = tf.where(has_b_row, pair_a, single_len)
+        has_b = tf.cast(has_b_row, tf.int32)
+    # Dense [batch, seq_length + 1]: never more than can be packed, plus one column so that
+    # gathers from empty rows stay in range (out-of-range columns are masked below).
+    width = [None, seq_length] if static else tf.stack([tf.constant(-1), seq_length])
+    dense = [tf.pad(s.to_tensor(default_value=0, shape=width), [[0, 0], [0, 1]]) for s in segs]
+
+    def gather_cols(d, cols):
+        return tf.gather(d, tf.clip_by_value(cols, 0, tf.shape(d)[1] - 1), batch_dims=1)
+
+    pos = tf.broadcast_to(tf.range(seq_length, dtype=tf.int32)[tf.newaxis], [batch, seq_length])
+    la, lb, hb = (tf.expand_dims(t, 1) for t in (len_a, len_b, has_b))
+    b_start = la + 2
+    total = b_start + hb * (lb + 1)
+    ids = tf.fill([batch, seq_length], tf.constant(pad_id, tf.int32))
+    if n == 2:
+        ids = tf.where(pos < total, sep_id, ids)  # b's [SEP] (b itself overwritten next)
+        ids = tf.where((pos >= b_start) & (pos < b_start + lb),
+                       gather_cols(dense[1], pos - b_start), ids)
+    ids = tf.where(pos == la + 1, sep_id, ids)
+    ids = tf.where((pos >= 1) & (pos <= la), gather_cols(dense[0], pos - 1), ids)
+    ids = tf.where(pos == 0, cls_id, ids)
+    out = {"input_word_ids": ids, "input_mask": tf.cast(pos < total, tf.int32),
+           "input_type_ids": tf.cast((pos >= b_start) & (pos < total), tf.int32)}
+    if static:
+        for t in out.values():
+            t.set_shape([None, seq_length])
+    return out
+
+
+class TextPreprocessor(tf.Module):
+    """Tokenizer + packer shared by every export (in-graph, TF Serving-safe ops only).
+
+    Args:
+        vocab_file: WordPiece vocab, one token per line.
+        do_lower_case: lower-case + strip accents, as the original's FullTokenizer.
+        seq_length: default packed length.
+    """
+
+    def __init__(self, vocab_file, do_lower_case=True, seq_length=128, name="preprocessing"):
         super().__init__(name=name)
         check_seq_length(seq_length)
-        for n in extra_pack_seq_lengths:
-            check_seq_length(n, "extra_pack_seq_lengths")
         self.tokenizer = text_graph.BertTextTokenizer(vocab_file, do_lower_case)
-        self._seq_length = int(seq_length)
+        self.seq_length = int(seq_length)
         tok = self.tokenizer
-        self._special = (tok.cls_id, tok.sep_id, tok.pad_id)
-        # One trace of the tokenizer, called from every function (a Ref keeps it off the
-        # saved object graph).
-        self._tokenize_fn = common.Ref(tf.function(
-            lambda text: tok.tokenize(check_text(text, "text")), autograph=False))
+        self.cls_id, self.sep_id, self.pad_id = tok.cls_id, tok.sep_id, tok.pad_id
+        self.mask_id, self.vocab_size = tok.mask_id, tok.vocab_size
+        self.do_lower_case = tok.do_lower_case
 
-        def bert_pack_inputs(inputs, seq_length=self._seq_length):
-            return self.pack(inputs, seq_length)
+    def tokenize(self, text):
+        """string [batch] -> int32 RaggedTensor [batch, words, pieces] (rank-1 checked)."""
+        pieces = self.tokenizer.tokenize(check_text(text, "text"))
+        return pieces.with_flat_values(tf.cast(pieces.flat_values, tf.int32))
+
+    def pack(self, segments, seq_length=None):
+        """pack_segments with this vocab's special ids; seq_length defaults to the module's."""
+        return pack_segments(list(segments), self.seq_length if seq_length is None
+                             else seq_length, self.cls_id, self.sep_id, self.pad_id)
+
+    def text_to_ids(self, text, text_b=None, tokenize=None):
+        """Encoder inputs for sentences or pairs; `tokenize` overrides the tokenizer (e.g. one
+        traced tf.function shared by several signatures)."""
+        tokenize = tokenize or self.tokenize
+        text = check_text(text, "text")
+        if text_b is None:
+            return self.pack([tokenize(text)])
+        text, text_b = check_same_batch(text, check_text(text_b, "text_b"))
+        return self.pack([tokenize(text), tokenize(text_b)])
+
+
+class BertPreprocessor(tf.Module):
+    """The preprocessor SavedModel's root object (see module docstring)."""
+
+    # Plain attributes, not tf.Module's computed properties: TF Hub reads them from the
+    # restored object (reusable SavedModel API).
+    variables = trainable_variables = regularization_losses = None
+
+    def __init__(self, vocab_file, do_lower_case=True, seq_length=128, name="bert_preprocessor"):
+        super().__init__(name=name)
+        self.preprocessing = TextPreprocessor(vocab_file, do_lower_case, seq_length)
+        pre = self.preprocessing
+        self.variables, self.trainable_variables, self.regularization_losses = [], [], []
+        # One trace of the tokenizer, called from every function (a Ref keeps the Python
+        # function off the saved object graph).
+        self._tokenize_fn = common.Ref(tf.function(pre.tokenize, autograph=False))
+
+        def bert_pack_inputs(inputs, seq_length=pre.seq_length):
+            return pre.pack(inputs, seq_length)
 
         self.bert_pack_inputs = tf.function(bert_pack_inputs, autograph=False)
         self.serve = self.__call__  # keras.layers.TFSMLayer's default endpoint name
-        # Trace every packing variant now so they are all saved (each trace is ~1.5k ops).
-        self.pack_seq_lengths = tuple(sorted({self._seq_length, *extra_pack_seq_lengths}))
-        for n in self.pack_seq_lengths:
-            for num_segments in (1, 2):
-                self.bert_pack_inputs.get_concrete_function([_TOKENS] * num_segments,
-                                                            seq_length=n)
+        # A restored function only accepts the input structures it was traced with: trace
+        # 1 or 2 segments, ragged rank 1 or 2, int32 or int64 pieces, seq_length a tensor.
+        for dtype in (tf.int32, tf.int64):
+            for rank in (1, 2):
+                spec = tf.RaggedTensorSpec([None] * (rank + 1), dtype, ragged_rank=rank)
+                for num_segments in (1, 2):
+                    self.bert_pack_inputs.get_concrete_function(
+                        [spec] * num_segments, seq_length=SEQ_LENGTH_SPEC)
 
     @property
     def seq_length(self):
-        return self._seq_length
+        return self.preprocessing.seq_length
 
-    def pack(self, segments, seq_length=None):
-        cls_id, sep_id, pad_id = self._special
-        return text_graph.pack_inputs(list(segments), seq_length or self._seq_length,
-                                      cls_id, sep_id, pad_id)
+    @property
+    def tokenizer(self):
+        return self.preprocessing.tokenizer
 
-    @tf.function(input_signature=[_TEXT], autograph=False)
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def tokenize(self, text):
         return self._tokenize_fn.obj(text)
 
-    @tf.function(input_signature=[_TEXT], autograph=False)
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def __call__(self, text):
-        return self.pack([self._tokenize_fn.obj(text)])
+        return self.preprocessing.pack([self._tokenize_fn.obj(text)])
 
-    @tf.function(input_signature=[_TEXT, _TEXT_B], autograph=False)
+    @tf.function(input_signature=[TEXT_SPEC, TEXT_B_SPEC], autograph=False)
     def serve_pairs(self, text, text_b):
-        a, b = check_same_batch(check_text(text, "text"), check_text(text_b, "text_b"))
-        return self.pack([self._tokenize_fn.obj(a), self._tokenize_fn.obj(b)])
+        return self.preprocessing.text_to_ids(text, text_b, tokenize=self._tokenize_fn.obj)
 
 
 def export_preprocessor(vocab_file, do_lower_case, export_dir, seq_length=128,
                         extra_pack_seq_lengths=()):
-    """Writes the preprocessor SavedModel to export_dir (atomically); returns export_dir."""
-    module = BertPreprocessor(vocab_file, do_lower_case, seq_length, extra_pack_seq_lengths)
+    """Writes the preprocessor SavedModel to export_dir (atomically); returns export_dir.
+
+    Args:
+        vocab_file: WordPiece vocab (copied into the export's assets).
+        do_lower_case: as the original's --do_lower_case.
+        export_dir: output directory (replaced atomically).
+        seq_length: packed length of `__call__` / the signatures, and the default of
+            `bert_pack_inputs` (which takes any length).
+        extra_pack_seq_lengths: kept for compatibility (any length works now); validated
+            and recorded in the metadata's `pack_seq_lengths`.
+    """
+    for n in extra_pack_seq_lengths:
+        check_seq_length(n, "extra_pack_seq_lengths")
+    module = BertPreprocessor(vocab_file, do_lower_case, seq_length)
     tok = module.tokenizer
     metadata = {
         "format": common.FORMAT, "kind": "preprocessor", "seq_length": module.seq_length,
         "do_lower_case": bool(do_lower_case), "vocab_size": tok.vocab_size,
         "special_ids": {"cls": tok.cls_id, "sep": tok.sep_id, "pad": tok.pad_id,
                         "mask": tok.mask_id, "unk": tok.unk_id},
-        "pack_seq_lengths": list(module.pack_seq_lengths),
+        "pack_seq_lengths": sorted({module.seq_length, *extra_pack_seq_lengths}),
     }
     # tf.functions, not concrete functions: saving retraces in its own context anyway.
     signatures = {"serving_default": module.__call__, "serving_pairs": module.serve_pairs}

@@ -1,0 +1,156 @@
+"""Shared by the peer converters: bert_tf models <-> TF1-named weight dicts, lazy peer imports.
+
+Weights travel between formats as a flat dict of numpy arrays keyed by the original TF1 names
+(`bert/encoder/layer_0/attention/self/query/kernel` [H, H], `cls/predictions/output_bias`,
+`cls/seq_relationship/output_weights` [2, H]...), the one layout every converter agrees on.
+"""
+import numpy as np
+
+from bert_tf import BertError
+from bert_tf.modeling.config import BertConfig
+
+PEERS_HINT = ("pip install -c constraints.txt -c constraints-peers.txt {pkgs} "
+              "(or `make peers`)")
+
+
+def require_peer(module, pkgs):
+    """Imports a peer package lazily; BertError with the install command if it is missing."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise BertError(f"{module} is not installed ({e}): "
+                        + PEERS_HINT.format(pkgs=pkgs)) from None
+
+
+# ---- our models <-> TF1-named weights -------------------------------------------------------
+
+def build_bert_model(bert_config, with_pretraining_heads=False):
+    """The one place converters build bert_tf models (encoder, or encoder + MLM/NSP heads).
+
+    Args:
+        bert_config: a BertConfig.
+        with_pretraining_heads: build a BertPretrainer instead of a bare BertEncoder.
+    Returns: the built model.
+    """
+    from bert_tf.modeling import models as bm
+    from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
+    if with_pretraining_heads:
+        return bm.build_model(bm.BertPretrainer(bert_config))
+    enc = BertEncoder.from_bert_config(bert_config, name="encoder")
+    enc(dummy_inputs(), training=False)
+    return enc
+
+
+def encoder_of(model):
+    """The built BertEncoder of a bert_tf model (BertError if there is none)."""
+    from bert_tf.export import common
+    enc = common.find_encoder(model)
+    if enc is None:
+        raise BertError(f"expected a BertEncoder or a bert_tf model, got {type(model).__name__}")
+    common.ensure_built(model)
+    return enc
+
+
+def tf1_variables(model):
+    """{TF1 name: (keras variable, shape in the TF1 layout)} for the model's weights."""
+    enc = encoder_of(model)
+    e = enc.embeddings
+    out = {"bert/embeddings/word_embeddings": e.word_embeddings,
+           "bert/embeddings/token_type_embeddings": e.token_type_embeddings,
+           "bert/embeddings/position_embeddings": e.position_embeddings,
+           "bert/embeddings/LayerNorm/gamma": e.layer_norm.gamma,
+           "bert/embeddings/LayerNorm/beta": e.layer_norm.beta,
+           "bert/pooler/dense/kernel": enc.pooler.kernel,
+           "bert/pooler/dense/bias": enc.pooler.bias}
+    for i, block in enumerate(enc.transformer_layers):
+        p = f"bert/encoder/layer_{i}/"
+        dense = {"attention/self/query": block.attention.query,
+                 "attention/self/key": block.attention.key,
+                 "attention/self/value": block.attention.value,
+                 "attention/output/dense": block.attention_output,
+                 "intermediate/dense": block.intermediate, "output/dense": block.output_dense}
+        for name, layer in dense.items():
+            out[p + name + "/kernel"], out[p + name + "/bias"] = layer.kernel, layer.bias
+        for name, ln in (("attention/output/LayerNorm", block.attention_layer_norm),
+                         ("output/LayerNorm", block.output_layer_norm)):
+            out[p + name + "/gamma"], out[p + name + "/beta"] = ln.gamma, ln.beta
+    mlm, nsp = getattr(model, "masked_lm", None), getattr(model, "next_sentence", None)
+    if mlm is not None:
+        out.update({"cls/predictions/transform/dense/kernel": mlm.transform.kernel,
+                    "cls/predictions/transform/dense/bias": mlm.transform.bias,
+                    "cls/predictions/transform/LayerNorm/gamma": mlm.layer_norm.gamma,
+                    "cls/predictions/transform/LayerNorm/beta": mlm.layer_norm.beta,
+                    "cls/predictions/output_bias": mlm.output_bias})
+    if nsp is not None:
+        # TF1 stores the NSP kernel transposed: [2, H].
+        out["cls/seq_relationship/output_weights"] = nsp.dense.kernel
+        out["cls/seq_relationship/output_bias"] = nsp.dense.bias
+    return out
+
+
+_TRANSPOSED = ("cls/seq_relationship/output_weights",)
+
+
+def get_weights(model):
+    """{TF1 name: numpy array in the TF1 layout} of a bert_tf model."""
+    out = {}
+    for name, var in tf1_variables(model).items():
+        value = np.asarray(var.numpy() if hasattr(var, "numpy") else var)
+        out[name] = value.T if name in _TRANSPOSED else value
+    return out
+
+
+def set_weights(model, weights, source="weights"):
+    """Assigns TF1-named arrays to the model; every model weight must be present.
+
+    Raises BertError naming the first missing tensor or shape mismatch (nothing is assigned
+    then). Tensors the model has no place for (e.g. heads of a bare encoder) are ignored.
+    """
+    targets = tf1_variables(model)
+    plan = []
+    for name, var in targets.items():
+        if name not in weights:
+            raise BertError(f"{source}: no tensor for {name} (does the source hold this "
+                            "model's weights?)")
+        value = np.asarray(weights[name])
+        if name in _TRANSPOSED:
+            value = value.T
+        if tuple(value.shape) != tuple(var.shape):
+            raise BertError(f"{source}: {name} has shape {list(value.shape)}, the model "
+                            f"expects {list(var.shape)} (config/weights mismatch)")
+        plan.append((var, value))
+    for var, value in plan:
+        var.assign(value.astype(var.dtype if isinstance(var.dtype, str) else var.dtype.name))
+    return model
+
+
+def config_from_weights(weights, num_attention_heads, hidden_act="gelu", source="weights"):
+    """BertConfig implied by TF1-named arrays (head count and activation are not in them)."""
+    try:
+        vocab, hidden = weights["bert/embeddings/word_embeddings"].shape
+        layers = 0
+        while f"bert/encoder/layer_{layers}/attention/self/query/kernel" in weights:
+            layers += 1
+        return BertConfig(
+            vocab_size=int(vocab), hidden_size=int(hidden), num_hidden_layers=layers,
+            num_attention_heads=int(num_attention_heads),
+            intermediate_size=int(
+                weights["bert/encoder/layer_0/intermediate/dense/kernel"].shape[1]),
+            hidden_act=hidden_act,
+            max_position_embeddings=int(weights["bert/embeddings/position_embeddings"].shape[0]),
+            type_vocab_size=int(weights["bert/embeddings/token_type_embeddings"].shape[0]),
+            source=source)
+    except KeyError as e:
+        raise BertError(f"{source}: not a BERT encoder (no tensor {e.args[0]})") from None
+
+
+def model_from_weights(bert_config, weights, source="weights"):
+    """A new bert_tf model (a BertPretrainer if MLM weights are present) holding `weights`."""
+    heads = "cls/predictions/output_bias" in weights
+    model = build_bert_model(bert_config, with_pretraining_heads=heads)
+    if heads and "cls/seq_relationship/output_weights" not in weights:
+        weights = dict(weights)  # MLM without NSP: keep the NSP head as initialised
+        weights.update({k: v for k, v in get_weights(model).items()
+                        if k.startswith("cls/seq_relationship/")})
+    return set_weights(model, weights, source)

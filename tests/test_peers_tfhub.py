@@ -1,0 +1,241 @@
+"""TF Hub interop: Model Garden's export_tfhub_lib SavedModels -> bert_tf (parity 1e-5), and our
+preprocessor/encoder exports used as TF Hub models (hub.KerasLayer in tf_keras, fine-tuning).
+
+Marked `peers` (tf-models-official, tf_keras, tensorflow-hub): a missing peer fails every test.
+"""
+import os
+
+import numpy as np
+import pytest
+
+import bert_tf  # noqa: F401
+import tensorflow as tf
+try:
+    import tensorflow_hub as hub
+    import tf_keras
+    from official.legacy.bert import configs as mg_configs
+    from official.nlp.tools import export_tfhub_lib
+    PEER_ERROR = None
+except ImportError as e:  # the default run deselects these tests; `-m peers` must fail
+    PEER_ERROR = e
+
+from bert_tf import BertError, tokenization
+from bert_tf.convert import interop, tfhub
+from bert_tf.export import export_encoder, export_preprocessor
+
+pytestmark = pytest.mark.peers
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _peers_installed():
+    if PEER_ERROR is not None:
+        pytest.fail(f"peer not installed ({PEER_ERROR}): run `make peers`", pytrace=False)
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "?", "!", "the", "quick",
+         "brown", "fox", "jump", "##s", "##ed", "over", "lazy", "dog", "a", "is", "of", "cat",
+         "sat", "on", "mat", "good", "bad", "movie", "film", "great", "terrible", "un",
+         "##want", "run", "##ning", "paris", "city", "was", "very", "and", "not", "it"]
+SENTENCES = ["The quick brown fox jumps over the lazy dog.", "a good movie!",
+             "It was a very bad film, not great.", "", "the cat sat on the mat and jumped",
+             "Paris is a city. " * 12]
+SEQ = 24
+H, LAYERS = 16, 2
+
+
+def py_pack(tok, text_a, text_b, seq):
+    """The original's convert_single_example packing."""
+    a = tok.convert_tokens_to_ids(tok.tokenize(text_a))
+    b = tok.convert_tokens_to_ids(tok.tokenize(text_b)) if text_b is not None else []
+    if b:
+        while len(a) + len(b) > seq - 3:
+            (a if len(a) > len(b) else b).pop()
+    else:
+        a = a[:seq - 2]
+    ids = [2] + a + [3] + (b + [3] if b else [])
+    types = [0] * (len(a) + 2) + [1] * (len(b) + 1 if b else 0)
+    pad = seq - len(ids)
+    return ids + [0] * pad, [1] * len(ids) + [0] * pad, types + [0] * pad
+
+
+class Env:
+    def __init__(self, base):
+        self.base = base
+        self.vocab = os.path.join(base, "vocab.txt")
+        with open(self.vocab, "w", encoding="utf-8") as f:
+            f.write("\n".join(VOCAB) + "\n")
+        self.tok = tokenization.FullTokenizer(self.vocab, do_lower_case=True)
+        cfg = mg_configs.BertConfig(
+            vocab_size=len(VOCAB), hidden_size=H, num_hidden_layers=LAYERS,
+            num_attention_heads=4, intermediate_size=32, max_position_embeddings=64,
+            type_vocab_size=2)
+        # Model Garden side: a pretrainer with random (non-initialiser) weights, its
+        # checkpoint, and export_tfhub_lib's encoder (+ mlm) and preprocessing SavedModels.
+        from official.nlp.modeling import models as mg_models
+        encoder = export_tfhub_lib.get_bert_encoder(cfg)
+        pt = mg_models.BertPretrainerV2(
+            encoder_network=encoder,
+            mlm_activation=lambda t: tf_keras.activations.gelu(t, approximate=True))
+        ids = tf.ones((1, 4), tf.int32)
+        pt(dict(input_word_ids=ids, input_mask=ids, input_type_ids=tf.zeros_like(ids),
+                masked_lm_positions=tf.zeros((1, 1), tf.int32)))
+        rng = np.random.default_rng(0)
+        for v in pt.weights:
+            v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32)
+                     + (1.0 if "gamma" in v.name else 0.0))
+        ckpt = tf.train.Checkpoint(**pt.checkpoint_items).save(os.path.join(base, "mg", "ckpt"))
+        self.mg_enc = os.path.join(base, "mg_encoder")
+        export_tfhub_lib.export_model(self.mg_enc, bert_config=cfg, model_checkpoint_path=ckpt,
+                                      with_mlm=True, vocab_file=self.vocab, do_lower_case=True)
+        self.mg_pre = os.path.join(base, "mg_preprocess")
+        export_tfhub_lib.export_preprocessing(
+            self.mg_pre, vocab_file=self.vocab, do_lower_case=True,
+            tokenize_with_offsets=False, default_seq_length=SEQ)
+        # bert_tf side: the converted model and our exports of it.
+        self.model, vocab_file, lower = tfhub.load_tfhub_encoder(self.mg_enc)
+        assert lower is True and open(vocab_file).read() == open(self.vocab).read()
+        self.pre = export_preprocessor(self.vocab, True, os.path.join(base, "pre"), SEQ)
+        self.enc = export_encoder(self.model, os.path.join(base, "enc"))
+        # A freshly initialised bert_tf encoder (sane weight scale) for the fine-tuning test.
+        fresh = interop.build_bert_model(type(self.model.bert_config).from_dict(
+            dict(self.model.bert_config.to_dict())))
+        self.fresh_weights = len(fresh.weights)
+        self.fresh_enc = export_encoder(fresh, os.path.join(base, "fresh_enc"))
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    return Env(str(tmp_path_factory.mktemp("tfhub")))
+
+
+def test_export_tfhub_lib_encoder_converts_with_parity(env):
+    theirs = tf.saved_model.load(env.mg_enc)
+    mg_pre = tf.saved_model.load(env.mg_pre)
+    x = mg_pre(tf.constant(SENTENCES))
+    rows = [py_pack(env.tok, t, None, SEQ) for t in SENTENCES]
+    np.testing.assert_array_equal(x["input_word_ids"].numpy(), [r[0] for r in rows])
+    want = theirs(x, training=False)
+    got = env.model.encoder(x, training=False)
+    for key in ("sequence_output", "pooled_output"):
+        np.testing.assert_allclose(np.asarray(got[key]), want[key].numpy(), atol=1e-5)
+    assert len(got["encoder_outputs"]) == len(want["encoder_outputs"]) == LAYERS
+    for a, b in zip(got["encoder_outputs"], want["encoder_outputs"]):
+        np.testing.assert_allclose(np.asarray(a), b.numpy(), atol=1e-5)
+    # with_mlm=True: the masked-LM head comes along too
+    pos = tf.constant([[1, 2]] * len(SENTENCES), tf.int32)
+    mlm = theirs.mlm(dict(x, masked_lm_positions=pos), training=False)["mlm_logits"].numpy()
+    ours = env.model(dict(x, masked_lm_positions=pos), training=False)["mlm_logits"]
+    np.testing.assert_allclose(np.asarray(ours), mlm, atol=1e-5)
+    assert np.abs(mlm).max() > 0.5  # random weights, not a degenerate all-zero check
+
+
+def test_export_tfhub_lib_preprocessor_converts_and_ours_matches_it(env):
+    vocab_file, lower = tfhub.read_tfhub_preprocessor(env.mg_pre)
+    assert lower is True and tokenization.vocab_tokens(vocab_file) == VOCAB
+    theirs, ours = tf.saved_model.load(env.mg_pre), tf.saved_model.load(env.pre)
+    text = tf.constant(SENTENCES)
+    a, b = theirs(text), ours(text)
+    assert sorted(a) == sorted(b) == ["input_mask", "input_type_ids", "input_word_ids"]
+    for k in a:
+        assert a[k].dtype == b[k].dtype == tf.int32 and a[k].shape == b[k].shape == (6, SEQ)
+        np.testing.assert_array_equal(a[k].numpy(), b[k].numpy(), err_msg=k)
+    ta, tb = theirs.tokenize(text), ours.tokenize(text)
+    assert ta.dtype == tb.dtype == tf.int32 and ta.ragged_rank == tb.ragged_rank == 2
+    assert ta.to_list() == tb.to_list()
+    # each packer takes the other's tokens (drop-in both ways), pairs included; lengths
+    # other than the default too (pair rows with a non-empty b: TF Hub's packer adds a
+    # [SEP] for an empty b, the original does not)
+    first = [SENTENCES[i] for i in (0, 1, 2, 4, 5)]
+    pairs = tf.constant(first), tf.constant(first[1:] + first[:1])
+    for n in (SEQ, 9, 40):
+        want = theirs.bert_pack_inputs([theirs.tokenize(pairs[0]), theirs.tokenize(pairs[1])],
+                                       seq_length=n)
+        for packer, tok in ((ours, theirs), (theirs, ours), (ours, ours)):
+            got = packer.bert_pack_inputs([tok.tokenize(pairs[0]), tok.tokenize(pairs[1])],
+                                          seq_length=n)
+            for k in want:
+                np.testing.assert_array_equal(got[k].numpy(), want[k].numpy(), err_msg=k)
+
+
+def test_encoder_export_is_a_drop_in_for_model_garden(env):
+    theirs, ours = tf.saved_model.load(env.mg_enc), tf.saved_model.load(env.enc)
+    x = tf.saved_model.load(env.pre)(tf.constant(SENTENCES))
+    a, b = theirs(x, training=False), ours(x)
+    assert sorted(a) == sorted(b) == ["default", "encoder_outputs", "pooled_output",
+                                      "sequence_output"]
+    for k in ("default", "pooled_output", "sequence_output"):
+        assert a[k].dtype == b[k].dtype == tf.float32 and a[k].shape == b[k].shape
+        np.testing.assert_allclose(b[k].numpy(), a[k].numpy(), atol=1e-5, err_msg=k)
+    assert [t.shape for t in a["encoder_outputs"]] == [t.shape for t in b["encoder_outputs"]]
+    # training=True turns dropout on in both (what hub.KerasLayer(trainable=True) calls in fit)
+    for m, out in ((theirs, a), (ours, b)):
+        drop = m(x, training=True)["sequence_output"].numpy()
+        assert drop.shape == out["sequence_output"].shape
+        assert np.abs(drop - out["sequence_output"].numpy()).max() > 1e-2
+    # reusable SavedModel attributes, over the same tf.Variables the functions read
+    assert len(ours.trainable_variables) == len(ours.variables) == len(
+        theirs.trainable_variables) == 5 + 16 * LAYERS + 2
+    assert list(ours.regularization_losses) == []
+    assert {id(v) for v in ours.variables} == {id(v) for v in ours.trainable_variables}
+
+
+def test_hub_keraslayer_tutorial_classifier_fine_tunes_every_encoder_weight(env, caplog):
+    # The TF Hub "classify text with BERT" tutorial's model, on our exports, in tf_keras.
+    tf_keras.utils.set_random_seed(1)
+    text_input = tf_keras.layers.Input(shape=(), dtype=tf.string, name="text")
+    encoder_inputs = hub.KerasLayer(env.pre, name="preprocessing")(text_input)
+    encoder = hub.KerasLayer(env.fresh_enc, trainable=True, name="BERT_encoder")
+    net = encoder(encoder_inputs)["pooled_output"]
+    net = tf_keras.layers.Dropout(0.1)(net)
+    net = tf_keras.layers.Dense(1, activation=None, name="classifier")(net)
+    model = tf_keras.Model(text_input, net)
+    assert len(encoder.trainable_weights) == env.fresh_weights == 5 + 16 * LAYERS + 2
+    before = [w.numpy().copy() for w in encoder.trainable_weights]
+    model.compile(optimizer=tf_keras.optimizers.Adam(1e-2),
+                  loss=tf_keras.losses.BinaryCrossentropy(from_logits=True))
+    x = np.array(["a good movie", "a great film", "a very good film", "a bad movie",
+                  "a terrible film", "a very bad movie", "it was great", "it was terrible"])
+    y = np.array([1, 1, 1, 0, 0, 0, 1, 0], np.float32)
+    start = model.evaluate(x, y, verbose=0)
+    for _ in range(20):  # with dropout (the encoder's training trace)
+        model.train_on_batch(x, y)
+    end = model.evaluate(x, y, verbose=0)
+    assert end < 0.7 * start, (start, end)
+    assert "zero trainable weights" not in caplog.text
+    changed = [np.abs(w.numpy() - b).max() > 0 for w, b in zip(encoder.trainable_weights, before)]
+    assert all(changed), [w.name for w, c in zip(encoder.trainable_weights, changed) if not c]
+
+
+@pytest.mark.parametrize("seq_length", [32, 64, 128, 512])
+def test_bert_pack_inputs_any_seq_length_from_one_export(env, seq_length):
+    p = hub.load(env.pre)
+    text = tf_keras.layers.Input(shape=(), dtype=tf.string)
+    text_b = tf_keras.layers.Input(shape=(), dtype=tf.string)
+    tokenize = hub.KerasLayer(p.tokenize)
+    pack = hub.KerasLayer(p.bert_pack_inputs, arguments=dict(seq_length=seq_length))
+    model = tf_keras.Model([text, text_b], pack([tokenize(text), tokenize(text_b)]))
+    long = " ".join(SENTENCES * 8)
+    a, b = [long, "a good movie", "the cat"], ["the lazy dog", long, ""]
+    out = model([tf.constant(a), tf.constant(b)])
+    rows = [py_pack(env.tok, x, y, seq_length) for x, y in zip(a, b)]
+    for i, k in enumerate(("input_word_ids", "input_mask", "input_type_ids")):
+        assert out[k].dtype == tf.int32 and tuple(out[k].shape) == (3, seq_length)
+        np.testing.assert_array_equal(out[k].numpy(), np.array([r[i] for r in rows]), err_msg=k)
+
+
+def test_tfhub_errors_are_one_line(env, tmp_path):
+    with pytest.raises(BertError, match="not a SavedModel"):
+        tfhub.read_tfhub_encoder(str(tmp_path))
+    import shutil
+    bad = str(tmp_path / "bad_vocab")
+    shutil.copytree(env.mg_enc, bad)
+    with open(os.path.join(bad, "assets", "vocab.txt"), "a", encoding="utf-8") as f:
+        f.write("extra\n")
+    with pytest.raises(BertError, match=f"vocab asset has {len(VOCAB) + 1} tokens but the "
+                                        f"embedding table has {len(VOCAB)} rows"):
+        tfhub.load_tfhub_encoder(bad)
+    with pytest.raises(BertError, match="no BERT encoder variables"):
+        tfhub.read_tfhub_encoder(env.pre)
+    cfg = interop.config_from_weights(tfhub.read_tfhub_encoder(env.mg_enc)[1], 4)
+    with pytest.raises(BertError, match="config/weights mismatch"):
+        tfhub.load_tfhub_encoder(env.mg_enc, bert_config=type(cfg).from_dict(
+            dict(cfg.to_dict(), intermediate_size=30)))
