@@ -3,21 +3,24 @@
 `create_pretraining_data.py --runner=DirectRunner|DataflowRunner|FlinkRunner|SparkRunner` (plus
 that runner's own pipeline options, passed through) runs:
 
-  input pieces (files cut into byte ranges; a .gz file is one piece)     Create + Reshuffle
+  input pieces (files cut into ~1 MB byte ranges; a .gz file is one piece)  Create + Reshuffle
   -> documents keyed by (file path, byte offset of their first line)     ReadDocuments
-  -> token ids, empty documents dropped                                  TokenizeDocuments
+  -> token ids (IdTokenizer), empty documents dropped                    TokenizeDocuments
   -> random NSP group per document, ~`nsp_reservoir_size` documents each AssignGroup + GroupByKey
-  -> per document: `dupe_factor` passes of the original's chunking / NSP / truncation /
-     masking (streaming.InstanceMaker), its random-next segments drawn from the other
-     documents of its group, all draws from a seed hashed from (random_seed, document key)
-  -> records, shuffled within the group                                  MakeInstances
-  -> WriteToTFRecord(<output_file>, num_shards=--output_shards)          + stats JSON
+  -> per group: streaming's per-document work (instances.InstanceMaker: `dupe_factor` passes
+     of the original's chunking / NSP / truncation, random-next segments drawn from the other
+     documents of the group, pairs drawn from a seed hashed from (random_seed, document key)),
+     then one vectorised masking + encoding of the group's pairs (instances.RecordMaker)
+  -> records shuffled within the group, TFRecord-framed in chunks of 1000  MakeInstances
+  -> <output_file>-SSSSS-of-NNNNN (num_shards=--output_shards)            + stats JSON
 
 The group of a document is a hash of (random_seed, key) modulo the number of groups (documents /
 group size), so groups, partners and every draw depend only on the input and the flags: the set
-of records is the same on any runner with any number of workers. Which shard a record lands in
-and the order inside a shard are the runner's (WriteToTFRecord's) choice. Memory per worker is
-bounded by one group (its documents and their records), not by the corpus.
+of records is the same on any runner with any number of workers. Which shard a chunk lands in
+and the order inside a shard are the runner's choice. Memory per worker is bounded by one
+group (its documents and their records), not by the corpus. A group of one document (only
+with a tiny --nsp_reservoir_size) draws random-next from that document; the stats count it
+(`nsp_same_document`).
 
 Needs the `beam` extra (`pip install -c constraints.txt -e '.[beam]'`); nothing else in
 bert_tf imports this module.
@@ -28,14 +31,21 @@ import posixpath
 import random
 
 import apache_beam as beam
+from apache_beam import coders
+from apache_beam.io import filebasedsink
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from bert_tf import BertError
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import streaming as streaming_lib
+from bert_tf.pretraining_data.instances import InstanceMaker, RecordMaker, numpy_generator
 from bert_tf.pretraining_data.stats import COUNTERS, Stats
+from bert_tf.pretraining_data.writer import frame
+from bert_tf.tokenization import IdTokenizer
 
-SPLIT_BYTES = 64 << 20  # input piece size; output does not depend on it
+SPLIT_BYTES = 1 << 20  # input piece size (parallel reading); output does not depend on it
+RECORDS_PER_ELEMENT = 1000  # records per output element (one TFRecord-framed bytes object)
 STATS_TAG = "stats"
 
 
@@ -93,7 +103,7 @@ class TokenizeDocuments(beam.DoFn):
 
     def setup(self):
         cfg = self.cfg
-        self.tokenizer = streaming_lib.IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
+        self.tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
 
     def process(self, element):
         key, sentences = element
@@ -122,41 +132,55 @@ class _Others:
 
 
 class MakeInstances(beam.DoFn):
-    """(group, [(key, doc)]) -> serialized tf.train.Example records (+ a stats dict, tagged)."""
+    """(group, [(key, doc)]) -> TFRecord-framed chunks of records (+ a stats dict, tagged).
+
+    The per-document work is streaming's (`instances.InstanceMaker`, pairs drawn with a
+    Python RNG seeded per document) and one vectorised masking + encoding of the whole group
+    (`instances.RecordMaker`, numpy RNG seeded per group), so Beam's per-element cost is paid
+    per chunk of RECORDS_PER_ELEMENT records, not per record.
+    """
 
     def __init__(self, cfg):
         self.cfg = cfg
 
     def setup(self):
-        cfg = self.cfg
-        self.maker = streaming_lib.InstanceMaker(cfg, None, None)
-        self.batcher = None
-        if not self.maker.whole_word and max(cfg.vocab.values()) < 1 << 21:
-            self.batcher = streaming_lib.BatchMasker(cfg, 0, None)
+        self.recorder = RecordMaker(self.cfg)
 
     def process(self, element):
         group, items = element
         docs = sorted(items, key=lambda item: item[0])  # arrival order is the runner's
-        cfg, maker, batcher = self.cfg, self.maker, self.batcher
+        cfg = self.cfg
         stats = Stats()
-        maker.stats = stats
-        records = []
+        maker = InstanceMaker(cfg.max_seq_length, cfg.short_seq_prob, None, stats)
+        pairs = []
         for index, (key, doc) in enumerate(docs):
-            seed = hash64("doc", cfg.random_seed, key)
-            maker.rng = random.Random(seed)
+            maker.rng = random.Random(hash64("doc", cfg.random_seed, key))
             others = _Others(docs, index)
-            pairs = [p for _ in range(cfg.dupe_factor) for p in maker.pairs(doc, others)]
-            if batcher is not None:
-                batcher.stats = stats
-                batcher.gen = batcher.np.random.Generator(batcher.np.random.PCG64(seed))
-                records += batcher.encode(pairs)
-            else:
-                records += [maker.record(*p) for p in pairs]
+            for _ in range(cfg.dupe_factor):
+                pairs += maker.pairs(doc, others)
             stats.documents += 1
             stats.sentences += len(doc)
+        records = []
+        for lo in range(0, len(pairs), streaming_lib.BATCH_PAIRS * 8):
+            gen = numpy_generator(hash64("mask", cfg.random_seed, docs[0][0], lo))
+            records += self.recorder.records(pairs[lo:lo + streaming_lib.BATCH_PAIRS * 8], gen, stats)
         random.Random(hash64("shuffle", cfg.random_seed, group, docs[0][0])).shuffle(records)
-        yield from records
+        for lo in range(0, len(records), RECORDS_PER_ELEMENT):
+            yield frame(records[lo:lo + RECORDS_PER_ELEMENT])
         yield beam.pvalue.TaggedOutput(STATS_TAG, stats.to_dict())
+
+
+class _FramedSink(filebasedsink.FileBasedSink):
+    """Writes elements that are already TFRecord frames (WriteToTFRecord frames each one)."""
+
+    def __init__(self, prefix, num_shards):
+        super().__init__(prefix, coder=coders.BytesCoder(), file_name_suffix="",
+                         num_shards=num_shards, shard_name_template=None,
+                         mime_type="application/octet-stream",
+                         compression_type=CompressionTypes.UNCOMPRESSED)
+
+    def write_encoded_record(self, file_handle, value):
+        file_handle.write(value)
 
 
 class SumStats(beam.CombineFn):
@@ -196,20 +220,16 @@ def build(pipeline, cfg, pieces, output_prefix, num_shards, group_size, stats_pa
                                         beam.pvalue.AsSingleton(count))
             | "GroupForNSP" >> beam.GroupByKey()
             | "MakeInstances" >> beam.ParDo(MakeInstances(cfg)).with_outputs(STATS_TAG, main="records"))
-    _ = made.records | "Write" >> beam.io.WriteToTFRecord(output_prefix, num_shards=num_shards)
+    _ = made.records | "Write" >> beam.io.Write(_FramedSink(output_prefix, num_shards))
     _ = (made[STATS_TAG]
          | "SumStats" >> beam.CombineGlobally(SumStats())
          | "WriteStats" >> beam.Map(_write_json, stats_path))
 
 
 def _check_crc32c():
-    """WriteToTFRecord needs a CRC-32C implementation and only fails when it writes."""
-    from apache_beam.io import tfrecordio
-    try:
-        tfrecordio._default_crc32c_fn(b"")
-    except RuntimeError:
-        raise BertError("--runner: WriteToTFRecord needs google-crc32c "
-                        "(pip install -c constraints.txt google-crc32c)") from None
+    """Framing needs google-crc32c; fail before the pipeline starts, not in a worker."""
+    from bert_tf.pretraining_data.writer import masked_crc
+    masked_crc(b"")
 
 
 def run(cfg, input_files, output_prefix, num_shards, group_size, stats_path, runner, beam_args,
@@ -231,14 +251,14 @@ def run(cfg, input_files, output_prefix, num_shards, group_size, stats_path, run
 
 
 def written_files(output_prefix, since=0.0):
-    """The shards WriteToTFRecord wrote for `output_prefix` (its default name template) at or
+    """The shards the pipeline wrote for `output_prefix` (its default name template) at or
     after time `since` (older shards of another shard count may share the prefix)."""
     matches = FileSystems.match([output_prefix + "-?????-of-?????"])[0].metadata_list
     return sorted(m.path for m in matches if m.last_updated_in_seconds >= since - 2)
 
 
 def remove_temp_dirs(output_prefix):
-    """Delete the temp folders a failed WriteToTFRecord leaves beside the output (driver side)."""
+    """Delete the temp folders a failed Write leaves beside the output (driver side)."""
     import tensorflow as tf
     directory, base = posixpath.split(output_prefix)
     try:

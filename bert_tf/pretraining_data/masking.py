@@ -77,3 +77,116 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
             masked.append(MaskedLm(index, tokens[index]))
     masked.sort(key=lambda m: m.index)
     return output_tokens, [m.index for m in masked], [m.label for m in masked]
+
+
+class BatchMasker:
+    """Masked-LM selection for many instances at once (numpy): streaming and Beam modes.
+
+    The original's algorithm in distribution, for all three variants: candidates (real tokens,
+    grouped into words with `##` pieces when `whole_word`) are visited in a uniformly random
+    order; a group is taken if it still fits into k = num_to_predict(n) (else skipped) until
+    k are taken. Each taken token becomes [MASK] (80 %), stays (10 %) or becomes a uniformly
+    drawn vocab entry (10 %), decided per token or, with `per_word`, once per word. Draws come
+    from a numpy PCG64 seeded by the caller, so the output is deterministic.
+
+    Args:
+        vocab: token -> id.
+        max_seq_length, max_predictions_per_seq, masked_lm_prob: the flags of that name.
+        whole_word: group `##` pieces with their word (`--do_whole_word_mask`).
+        per_word: one 80/10/10 decision per word (`--whole_word_mask_per_word`, implies
+            whole_word).
+    """
+
+    def __init__(self, vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob,
+                 whole_word=False, per_word=False):
+        import numpy as np
+        self.np = np
+        self.seq, self.preds, self.prob = max_seq_length, max_predictions_per_seq, masked_lm_prob
+        self.whole_word, self.per_word = whole_word or per_word, per_word
+        self.cls, self.sep, self.mask_id = vocab[CLS], vocab[SEP], vocab[MASK]
+        self.random_ids = np.array(list(vocab.values()), dtype=np.int64)  # uniform over lines
+        self.is_continuation = np.zeros(max(vocab.values()) + 1, bool)
+        for token, i in vocab.items():
+            if token.startswith("##"):
+                self.is_continuation[i] = True
+
+    def mask(self, pairs, gen, stats):
+        """[(tokens_a ids, tokens_b ids, is_random_next)] -> padded arrays for BatchEncoder:
+        (ids, n, num_segment_a, positions, labels, m, is_random_next); counts into `stats`."""
+        np, seq, preds = self.np, self.seq, self.preds
+        rows = len(pairs)
+        la = np.fromiter((len(a) for a, _, _ in pairs), np.int64, rows)
+        lb = np.fromiter((len(b) for _, b, _ in pairs), np.int64, rows)
+        nsp = np.fromiter((r for _, _, r in pairs), bool, rows)
+        n = la + lb + 3
+        flat = []
+        cls, sep = self.cls, self.sep
+        for a, b, _ in pairs:
+            flat.append(cls)
+            flat += a
+            flat.append(sep)
+            flat += b
+            flat.append(sep)
+        ids = np.zeros((rows, seq), np.int64)
+        starts = np.cumsum(n) - n
+        ids[np.repeat(np.arange(rows), n), np.arange(int(n.sum())) - np.repeat(starts, n)] = flat
+
+        col = np.arange(seq)[None, :]
+        la_c, n_c = la[:, None], n[:, None]
+        candidate = ((col >= 1) & (col <= la_c)) | ((col >= la_c + 2) & (col <= n_c - 2))
+        k = np.minimum(preds, np.maximum(1, np.round(n * self.prob).astype(np.int64)))
+        if self.whole_word:  # a ## piece joins the previous candidate's word (across [SEP] too)
+            start = candidate & ((col == 1) | ~self.is_continuation[ids])
+        else:
+            start = candidate
+        word = np.where(candidate, np.cumsum(start, axis=1) - 1, seq)  # word slot per token
+        rows_c = np.arange(rows)[:, None]
+        length = np.zeros((rows, seq + 1), np.int64)
+        np.add.at(length, (np.broadcast_to(rows_c, word.shape), word), 1)
+        length = length[:, :seq]
+        keys = np.where(length > 0, gen.random((rows, seq)), 2.0)
+        order = np.argsort(keys, axis=1)
+        visit_len = np.take_along_axis(length, order, axis=1)
+        taken_sorted = np.zeros((rows, seq), bool)
+        count = np.zeros(rows, np.int64)
+        for j in range(seq):  # greedy in random order: take a word if it still fits
+            if (count >= k).all():
+                break
+            lj = visit_len[:, j]
+            take = (lj > 0) & (count + lj <= k)
+            taken_sorted[:, j] = take
+            count += np.where(take, lj, 0)
+        taken = np.zeros((rows, seq + 1), bool)
+        np.put_along_axis(taken, order, taken_sorted, axis=1)
+        chosen = taken[rows_c, word] & candidate
+
+        pos = np.sort(np.where(chosen, col, seq), axis=1)[:, :preds]
+        valid = pos < seq
+        pos = np.where(valid, pos, 0)
+        labels = np.where(valid, ids[rows_c, pos], 0)
+        u = gen.random((rows, seq))
+        if self.per_word:
+            u = u[rows_c, np.minimum(word, seq - 1)]  # one draw per word slot
+        u = np.take_along_axis(u, pos, axis=1)
+        replacement = self.random_ids[gen.integers(0, len(self.random_ids), (rows, preds))]
+        as_mask = valid & (u < 0.8)
+        as_random = valid & (u >= 0.9)
+        new = np.where(as_mask, self.mask_id, np.where(as_random, replacement, labels))
+        r, c = np.nonzero(valid)
+        ids[r, pos[r, c]] = new[r, c]
+
+        m = valid.sum(axis=1)
+        total_m, total_n = int(m.sum()), int(n.sum())
+        n_mask = int(as_mask.sum())
+        n_random = int((as_random & (replacement != labels)).sum())
+        n_next = int(nsp.sum())
+        stats.instances += rows
+        stats.tokens += total_n
+        stats.candidates += total_n - 3 * rows
+        stats.masked += total_m
+        stats.masked_as_mask += n_mask
+        stats.masked_random += n_random
+        stats.masked_kept += total_m - n_mask - n_random
+        stats.nsp_random_next += n_next
+        stats.nsp_actual_next += rows - n_next
+        return ids, n, la + 2, pos, labels, m, nsp
