@@ -39,7 +39,8 @@ from apache_beam.io.filesystems import FileSystems
 from bert_tf import BertError
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import streaming as streaming_lib
-from bert_tf.pretraining_data.instances import InstanceMaker, RecordMaker, numpy_generator
+from bert_tf.pretraining_data.instances import (InstanceMaker, RecordMaker, num_sentences,
+                                                 numpy_generator, pack_document)
 from bert_tf.pretraining_data.stats import COUNTERS, Stats
 from bert_tf.pretraining_data.writer import frame
 from bert_tf.tokenization import IdTokenizer
@@ -96,7 +97,7 @@ class ReadDocuments(beam.DoFn):
 
 
 class TokenizeDocuments(beam.DoFn):
-    """(key, sentences) -> (key, list of id lists); documents without tokens are dropped."""
+    """(key, sentences) -> (key, packed token ids); documents without tokens are dropped."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -109,7 +110,7 @@ class TokenizeDocuments(beam.DoFn):
         key, sentences = element
         doc = [ids for ids in map(self.tokenizer.encode, sentences) if ids]
         if doc:
-            yield key, doc
+            yield key, pack_document(doc)
 
 
 def assign_group(element, random_seed, group_size, num_documents):
@@ -159,7 +160,7 @@ class MakeInstances(beam.DoFn):
             for _ in range(cfg.dupe_factor):
                 pairs += maker.pairs(doc, others)
             stats.documents += 1
-            stats.sentences += len(doc)
+            stats.sentences += num_sentences(doc)
         records = []
         for lo in range(0, len(pairs), streaming_lib.BATCH_PAIRS * 8):
             gen = numpy_generator(hash64("mask", cfg.random_seed, docs[0][0], lo))

@@ -7,6 +7,7 @@
                   (schema.BatchEncoder)
 """
 import itertools
+from bisect import bisect_left
 
 from bert_tf import BertError
 from bert_tf.pretraining_data.masking import BatchMasker
@@ -29,6 +30,8 @@ class InstanceMaker:
     def pairs(self, doc, partners):
         """(tokens_a, tokens_b, is_random_next) of one pass over `doc`, truncated to fit.
 
+        `doc` and each partner are `pack_document` pairs (ids, sentence offsets), so a chunk's
+        end and a random segment's end are found by bisection, not sentence by sentence.
         `partners`: a sequence of other documents to draw random-next segments from; when it
         is empty (a single-document corpus) the document itself is used, and counted.
         """
@@ -37,41 +40,38 @@ class InstanceMaker:
         target = max_num_tokens
         if rand() < self.short_seq_prob:
             target = 2 + int(rand() * (max_num_tokens - 1))  # uniform in [2, max_num_tokens]
+        flat, off = doc
+        n_doc = len(off) - 1
         out = []
-        chain = itertools.chain.from_iterable
-        chunk, length, i, n_doc = [], 0, 0, len(doc)
-        while i < n_doc:
-            segment = doc[i]
-            chunk.append(segment)
-            length += len(segment)
-            if i == n_doc - 1 or length >= target:
-                n_chunk = len(chunk)
-                a_end = 1 + int(rand() * (n_chunk - 1)) if n_chunk >= 2 else 1
-                a = list(chain(chunk[:a_end]))
-                if n_chunk == 1 or rand() < 0.5:
-                    is_random_next = True
-                    if n_chunk == 1:
-                        self.stats.nsp_forced_random_next += 1
-                    target_b = target - len(a)
-                    if partners:
-                        other = partners[int(rand() * len(partners))]
-                    else:
-                        other = doc
-                        self.stats.nsp_same_document += 1
-                    b = []
-                    for j in range(int(rand() * len(other)), len(other)):
-                        b.extend(other[j])
-                        if len(b) >= target_b:
-                            break
-                    i -= n_chunk - a_end
+        i0 = 0
+        while i0 < n_doc:
+            # The chunk: sentences i0..i, until `target` tokens or the document's end.
+            i = min(bisect_left(off, off[i0] + target, i0 + 1), n_doc) - 1
+            n_chunk = i - i0 + 1
+            a_end = i0 + (1 + int(rand() * (n_chunk - 1)) if n_chunk >= 2 else 1)
+            a = flat[off[i0]:off[a_end]]
+            if n_chunk == 1 or rand() < 0.5:
+                is_random_next = True
+                if n_chunk == 1:
+                    self.stats.nsp_forced_random_next += 1
+                if partners:
+                    o_flat, o_off = partners[int(rand() * len(partners))]
                 else:
-                    is_random_next = False
-                    b = list(chain(chunk[a_end:]))
-                if len(a) + len(b) > max_num_tokens:
-                    a, b = self._truncate(a, b, max_num_tokens)
-                out.append((a, b, is_random_next))
-                chunk, length = [], 0
-            i += 1
+                    o_flat, o_off = doc
+                    self.stats.nsp_same_document += 1
+                # Sentences from a random start until target - len(a) tokens (or the end).
+                n_other = len(o_off) - 1
+                j = int(rand() * n_other)
+                end = min(bisect_left(o_off, o_off[j] + target - len(a), j + 1), n_other)
+                b = o_flat[o_off[j]:o_off[end]]
+                i0 = a_end  # the chunk's unused sentences go back to the document
+            else:
+                is_random_next = False
+                b = flat[off[a_end]:off[i + 1]]
+                i0 = i + 1
+            if len(a) + len(b) > max_num_tokens:
+                a, b = self._truncate(a, b, max_num_tokens)
+            out.append((a, b, is_random_next))
         return out
 
     def _truncate(self, a, b, max_num_tokens):
@@ -97,6 +97,21 @@ class InstanceMaker:
         stats.truncated_instances += 1
         stats.truncated_tokens += excess
         return a[front_a:la - (cut_a - front_a)], b[front_b:lb - (cut_b - front_b)]
+
+
+def pack_document(sentences):
+    """Token-id sentences (non-empty lists) -> (all ids, sentence start offsets + [total])."""
+    flat = list(itertools.chain.from_iterable(sentences))
+    off = [0]
+    total = 0
+    for s in sentences:
+        total += len(s)
+        off.append(total)
+    return flat, off
+
+
+def num_sentences(doc):
+    return len(doc[1]) - 1
 
 
 class RecordMaker:

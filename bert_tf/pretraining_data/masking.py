@@ -135,27 +135,30 @@ class BatchMasker:
         la_c, n_c = la[:, None], n[:, None]
         candidate = ((col >= 1) & (col <= la_c)) | ((col >= la_c + 2) & (col <= n_c - 2))
         k = np.minimum(preds, np.maximum(1, np.round(n * self.prob).astype(np.int64)))
+        rows_c = np.arange(rows)[:, None]
         if self.whole_word:  # a ## piece joins the previous candidate's word (across [SEP] too)
             start = candidate & ((col == 1) | ~self.is_continuation[ids])
-        else:
-            start = candidate
-        word = np.where(candidate, np.cumsum(start, axis=1) - 1, seq)  # word slot per token
-        rows_c = np.arange(rows)[:, None]
-        length = np.zeros((rows, seq + 1), np.int64)
-        np.add.at(length, (np.broadcast_to(rows_c, word.shape), word), 1)
-        length = length[:, :seq]
+            word = np.where(candidate, np.cumsum(start, axis=1) - 1, seq)  # word slot per token
+            length = np.bincount((word + rows_c * (seq + 1)).ravel(), minlength=rows * (seq + 1))
+            length = length.reshape(rows, seq + 1)[:, :seq]
+        else:  # every candidate is a word of one token
+            word = np.where(candidate, np.cumsum(candidate, axis=1) - 1, seq)
+            length = (col < (n - 3)[:, None]).astype(np.int64)
         keys = np.where(length > 0, gen.random((rows, seq)), 2.0)
         order = np.argsort(keys, axis=1)
-        visit_len = np.take_along_axis(length, order, axis=1)
-        taken_sorted = np.zeros((rows, seq), bool)
-        count = np.zeros(rows, np.int64)
-        for j in range(seq):  # greedy in random order: take a word if it still fits
-            if (count >= k).all():
-                break
-            lj = visit_len[:, j]
-            take = (lj > 0) & (count + lj <= k)
-            taken_sorted[:, j] = take
-            count += np.where(take, lj, 0)
+        if self.whole_word:
+            visit_len = np.take_along_axis(length, order, axis=1)
+            taken_sorted = np.zeros((rows, seq), bool)
+            count = np.zeros(rows, np.int64)
+            for j in range(seq):  # greedy in random order: take a word if it still fits
+                if (count >= k).all():
+                    break
+                lj = visit_len[:, j]
+                take = (lj > 0) & (count + lj <= k)
+                taken_sorted[:, j] = take
+                count += np.where(take, lj, 0)
+        else:  # one-token words: the first k in random order
+            taken_sorted = col < np.minimum(k, n - 3)[:, None]
         taken = np.zeros((rows, seq + 1), bool)
         np.put_along_axis(taken, order, taken_sorted, axis=1)
         chosen = taken[rows_c, word] & candidate

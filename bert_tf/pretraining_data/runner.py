@@ -243,18 +243,23 @@ def _run_original(opts, input_files, paths, stats_path, vocab_path, start):
 
 class _DocProgress:
     def __init__(self, total, enabled):
-        from tqdm import tqdm
         self.start = time.time()
-        self.bar = tqdm(total=total, unit="doc", desc="original", file=sys.stderr, mininterval=1.0,
-                        disable=enabled is False or (enabled is None and not sys.stderr.isatty()))
+        self.bar = None
+        if enabled is False or (enabled is None and not sys.stderr.isatty()):
+            return
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, unit="doc", desc="original", file=sys.stderr, mininterval=1.0)
 
     def update(self, docs, instances):
+        if self.bar is None:
+            return
         self.bar.update(docs)
         elapsed = max(time.time() - self.start, 1e-9)
         self.bar.set_postfix_str(f"{instances / elapsed:.0f} inst/s", refresh=False)
 
     def close(self):
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _fingerprint(opts, input_files, vocab_path, num_shards):

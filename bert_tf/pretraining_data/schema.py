@@ -90,11 +90,17 @@ def _varint(value):
     return bytes(out)
 
 
-_VARINT_CACHE = [_varint(i) for i in range(1 << 16)]
+_VARINT_CACHE = []  # varints of 0..65535, filled on first use (keeps the import fast)
+
+
+def _varints():
+    if not _VARINT_CACHE:
+        _VARINT_CACHE.extend(_varint(i) for i in range(1 << 16))
+    return _VARINT_CACHE
 
 
 def _varint_fast(value):
-    return _VARINT_CACHE[value] if 0 <= value < 65536 else _varint(value)
+    return _varints()[value] if 0 <= value < 65536 else _varint(value)
 
 
 def _len_field(tag, payload):
@@ -102,7 +108,7 @@ def _len_field(tag, payload):
 
 
 def _int64_feature(values):
-    cache = _VARINT_CACHE
+    cache = _varints()
     try:
         # min() guards against negative values, which would silently index from the end.
         if values and min(values) < 0:
@@ -157,7 +163,7 @@ def parse_records(paths, max_seq_length, max_predictions_per_seq):
 def _pack(values):
     """Packed varints of non-negative ints (ids >= 65536 take the slow path)."""
     try:
-        return b"".join(map(_VARINT_CACHE.__getitem__, values))
+        return b"".join(map(_varints().__getitem__, values))
     except IndexError:
         return b"".join(map(_varint_fast, values))
 

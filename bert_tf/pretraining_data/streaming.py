@@ -30,7 +30,8 @@ import traceback
 
 from bert_tf import BertError
 from bert_tf.pretraining_data import documents as docs_lib
-from bert_tf.pretraining_data.instances import InstanceMaker, RecordMaker, numpy_generator
+from bert_tf.pretraining_data.instances import (InstanceMaker, RecordMaker, num_sentences,
+                                                 numpy_generator, pack_document)
 from bert_tf.pretraining_data.stats import Stats
 from bert_tf.pretraining_data.writer import frame
 from bert_tf.tokenization import IdTokenizer
@@ -127,14 +128,15 @@ BATCH_PAIRS = 512  # pairs masked and encoded together
 
 
 def _tokenized(pieces, tokenizer):
-    """(token-id document or [], bytes) per document of `pieces`."""
+    """(packed token-id document, or None without tokens; bytes) per document of `pieces`."""
     for sentences, nbytes in _iter_task_documents(ShardTask(-1, pieces)):
-        yield [ids for ids in map(tokenizer.encode, sentences) if ids], nbytes
+        ids = [x for x in map(tokenizer.encode, sentences) if x]
+        yield (pack_document(ids) if ids else None), nbytes
 
 
 def _first_document(pieces, tokenizer):
     for doc, _ in _tokenized(pieces, tokenizer):
-        if doc:
+        if doc is not None:
             return doc
     return None
 
@@ -173,7 +175,7 @@ def run_shard(task, cfg, tokenizer, send):
     def process(doc, partners):
         nonlocal pending, seen, docs_done
         stats.documents += 1
-        stats.sentences += len(doc)
+        stats.sentences += num_sentences(doc)
         docs_done += 1
         for _ in range(cfg.dupe_factor):
             pending += maker.pairs(doc, partners)
@@ -191,7 +193,7 @@ def run_shard(task, cfg, tokenizer, send):
     docs = _tokenized(task.pieces, tokenizer)
     for doc, nbytes in docs:
         bytes_done += nbytes
-        if not doc:
+        if doc is None:
             continue
         if reservoir:
             process(doc, reservoir)
@@ -199,9 +201,9 @@ def run_shard(task, cfg, tokenizer, send):
             nxt = None
             for nxt, more in docs:
                 bytes_done += more
-                if nxt:
+                if nxt is not None:
                     break
-            if nxt:
+            if nxt is not None:
                 process(doc, [nxt])
                 process(nxt, reservoir)
             else:  # a one-document shard: the next shard's first document
@@ -282,6 +284,7 @@ def run_tasks(tasks, cfg, num_workers, on_message):
         return
 
     import multiprocessing
+    import numpy  # noqa: F401  (loaded once here, shared by the forked workers)
     # fork starts a worker in milliseconds, but is unsafe once TensorFlow is loaded (gs:// or
     # tfds input, or a caller that imported it): then spawn. Workers never import TF (except
     # for --tfds_dataset shards).
@@ -336,14 +339,18 @@ class Progress:
     """tqdm over input bytes with documents/s and instances/s; silent when not a terminal."""
 
     def __init__(self, total_bytes, enabled=None):
-        from tqdm import tqdm
         self.start = time.time()
         self.docs = self.instances = 0
+        self.bar = None
+        if enabled is False or (enabled is None and not sys.stderr.isatty()):
+            return  # tqdm's import costs ~0.1 s of start-up
+        from tqdm import tqdm
         self.bar = tqdm(total=total_bytes or None, unit="B", unit_scale=True, dynamic_ncols=True,
-                        desc="streaming", disable=enabled is False or (enabled is None and not sys.stderr.isatty()),
-                        file=sys.stderr, mininterval=1.0)
+                        desc="streaming", file=sys.stderr, mininterval=1.0)
 
     def update(self, docs, instances, nbytes):
+        if self.bar is None:
+            return
         self.docs += docs
         self.instances += instances
         elapsed = max(time.time() - self.start, 1e-9)
@@ -353,4 +360,5 @@ class Progress:
                                  refresh=False)
 
     def close(self):
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
