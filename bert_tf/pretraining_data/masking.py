@@ -127,50 +127,25 @@ class BatchMasker:
             flat.append(sep)
             flat += b
             flat.append(sep)
-        ids = np.zeros((rows, seq), np.int64)
-        starts = np.cumsum(n) - n
-        ids[np.repeat(np.arange(rows), n), np.arange(int(n.sum())) - np.repeat(starts, n)] = flat
-
         col = np.arange(seq)[None, :]
         la_c, n_c = la[:, None], n[:, None]
-        candidate = ((col >= 1) & (col <= la_c)) | ((col >= la_c + 2) & (col <= n_c - 2))
+        ids = np.zeros((rows, seq), np.int64)
+        ids[col < n_c] = flat  # row-major: the rows' tokens back to back
+
         k = np.minimum(preds, np.maximum(1, np.round(n * self.prob).astype(np.int64)))
         rows_c = np.arange(rows)[:, None]
-        if self.whole_word:  # a ## piece joins the previous candidate's word (across [SEP] too)
-            start = candidate & ((col == 1) | ~self.is_continuation[ids])
-            word = np.where(candidate, np.cumsum(start, axis=1) - 1, seq)  # word slot per token
-            length = np.bincount((word + rows_c * (seq + 1)).ravel(), minlength=rows * (seq + 1))
-            length = length.reshape(rows, seq + 1)[:, :seq]
-        else:  # every candidate is a word of one token
-            word = np.where(candidate, np.cumsum(candidate, axis=1) - 1, seq)
-            length = (col < (n - 3)[:, None]).astype(np.int64)
-        keys = np.where(length > 0, gen.random((rows, seq)), 2.0)
-        order = np.argsort(keys, axis=1)
         if self.whole_word:
-            visit_len = np.take_along_axis(length, order, axis=1)
-            taken_sorted = np.zeros((rows, seq), bool)
-            count = np.zeros(rows, np.int64)
-            for j in range(seq):  # greedy in random order: take a word if it still fits
-                if (count >= k).all():
-                    break
-                lj = visit_len[:, j]
-                take = (lj > 0) & (count + lj <= k)
-                taken_sorted[:, j] = take
-                count += np.where(take, lj, 0)
-        else:  # one-token words: the first k in random order
-            taken_sorted = col < np.minimum(k, n - 3)[:, None]
-        taken = np.zeros((rows, seq + 1), bool)
-        np.put_along_axis(taken, order, taken_sorted, axis=1)
-        chosen = taken[rows_c, word] & candidate
-
-        pos = np.sort(np.where(chosen, col, seq), axis=1)[:, :preds]
+            pos, word = self._whole_words(ids, la_c, n_c, k, gen)
+        else:
+            pos, word = self._tokens(la_c, n, k, gen), None
         valid = pos < seq
         pos = np.where(valid, pos, 0)
         labels = np.where(valid, ids[rows_c, pos], 0)
-        u = gen.random((rows, seq))
-        if self.per_word:
-            u = u[rows_c, np.minimum(word, seq - 1)]  # one draw per word slot
-        u = np.take_along_axis(u, pos, axis=1)
+        if self.per_word:  # one draw per word slot
+            u = gen.random((rows, seq))[rows_c, np.minimum(word, seq - 1)]
+            u = np.take_along_axis(u, pos, axis=1)
+        else:
+            u = gen.random((rows, preds))
         replacement = self.random_ids[gen.integers(0, len(self.random_ids), (rows, preds))]
         as_mask = valid & (u < 0.8)
         as_random = valid & (u >= 0.9)
@@ -193,3 +168,59 @@ class BatchMasker:
         stats.nsp_random_next += n_next
         stats.nsp_actual_next += rows - n_next
         return ids, n, la + 2, pos, labels, m, nsp
+
+    def _tokens(self, la_c, n, k, gen):
+        """Sorted positions (padded with seq) of k tokens drawn uniformly from the candidates."""
+        np, seq = self.np, self.seq
+        rows = len(n)
+        k = np.minimum(k, n - 3)  # n - 3 candidates: a, then b
+        col = np.arange(seq)[None, :]
+        keys = gen.random((rows, seq))
+        keys[col >= (n - 3)[:, None]] = 2.0  # candidate slots first, in random order
+        width = int(k.max())
+        if width < seq:  # the `width` smallest keys, then their order
+            part = np.argpartition(keys, width - 1, axis=1)[:, :width]
+            slots = np.take_along_axis(
+                part, np.argsort(np.take_along_axis(keys, part, axis=1), axis=1), axis=1)
+        else:
+            slots = np.argsort(keys, axis=1)
+        pos = slots + 1 + (slots >= la_c)  # slot -> position: skip [CLS] and the middle [SEP]
+        pos = np.where(np.arange(slots.shape[1])[None, :] < k[:, None], pos, seq)
+        pos.sort(axis=1)
+        out = np.full((rows, self.preds), seq, np.int64)
+        take = min(self.preds, pos.shape[1])
+        out[:, :take] = pos[:, :take]
+        return out
+
+    def _whole_words(self, ids, la_c, n_c, k, gen):
+        """Sorted positions (padded with seq) of whole words, taken greedily in random order
+        while they fit into k; and each token's word slot."""
+        np, seq = self.np, self.seq
+        rows = len(ids)
+        col = np.arange(seq)[None, :]
+        rows_c = np.arange(rows)[:, None]
+        candidate = ((col >= 1) & (col <= la_c)) | ((col >= la_c + 2) & (col <= n_c - 2))
+        # A ## piece joins the previous candidate's word (across [SEP] too, as the original).
+        start = candidate & ((col == 1) | ~self.is_continuation[ids])
+        word = np.where(candidate, np.cumsum(start, axis=1) - 1, seq)
+        length = np.bincount((word + rows_c * (seq + 1)).ravel(), minlength=rows * (seq + 1))
+        length = length.reshape(rows, seq + 1)[:, :seq]
+        keys = np.where(length > 0, gen.random((rows, seq)), 2.0)
+        order = np.argsort(keys, axis=1)
+        visit_len = np.take_along_axis(length, order, axis=1)
+        taken_sorted = np.zeros((rows, seq), bool)
+        count = np.zeros(rows, np.int64)
+        for j in range(seq):  # greedy in random order: take a word if it still fits
+            if (count >= k).all():
+                break
+            lj = visit_len[:, j]
+            take = (lj > 0) & (count + lj <= k)
+            taken_sorted[:, j] = take
+            count += np.where(take, lj, 0)
+        taken = np.zeros((rows, seq + 1), bool)
+        np.put_along_axis(taken, order, taken_sorted, axis=1)
+        chosen = taken[rows_c, word] & candidate
+        pos = np.sort(np.where(chosen, col, seq), axis=1)[:, :self.preds]
+        if pos.shape[1] < self.preds:
+            pos = np.concatenate([pos, np.full((rows, self.preds - seq), seq)], axis=1)
+        return pos, word

@@ -317,8 +317,8 @@ def _run_beam(opts, input_files, paths, stats_path, vocab_path, start):
     prefix = opts.output_file.strip(" ,")
     partial = writer_lib.tmp_name(stats_path) + ".beam"
     try:
-        total = beam_lib.run(cfg, input_files, prefix, opts.output_shards, opts.nsp_reservoir_size,
-                             partial, runner, opts.beam_args)
+        total = beam_lib.run(cfg, input_files, prefix, opts.output_shards, partial, runner,
+                             opts.beam_args)
         written = paths or beam_lib.written_files(prefix, since=start)
         if total.instances == 0:
             for p in written:

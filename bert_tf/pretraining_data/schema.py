@@ -253,13 +253,23 @@ MAX_BATCH_ID = 1 << 21  # ids and positions below this are varints of at most 3 
 
 
 def _varint_block(matrix):
-    """Varints of a [rows, cols] matrix of ints in [0, 2**21) -> (uint8 [rows, cols*3], valid)."""
+    """Varints of a [rows, cols] matrix of ints in [0, 2**21) -> (uint8 [rows, cols*w], valid),
+    w = the most bytes any value needs (1, 2 or 3)."""
     import numpy as np
-    big, huge = matrix >= 0x80, matrix >= 0x4000
-    block = np.stack([(matrix & 0x7F) | (big << 7), ((matrix >> 7) & 0x7F) | (huge << 7),
-                      matrix >> 14], axis=-1).astype(np.uint8)
-    valid = np.stack([np.ones_like(big), big, huge], axis=-1)
+    top = int(matrix.max()) if matrix.size else 0
     rows = matrix.shape[0]
+    if top < 0x80:
+        return matrix.astype(np.uint8), np.ones(matrix.shape, bool)
+    big = matrix >= 0x80
+    low = ((matrix & 0x7F) | (big << 7)).astype(np.uint8)
+    if top < 0x4000:
+        block = np.stack([low, (matrix >> 7).astype(np.uint8)], axis=-1)
+        valid = np.stack([np.ones_like(big), big], axis=-1)
+    else:
+        huge = matrix >= 0x4000
+        block = np.stack([low, (((matrix >> 7) & 0x7F) | (huge << 7)).astype(np.uint8),
+                          (matrix >> 14).astype(np.uint8)], axis=-1)
+        valid = np.stack([np.ones_like(big), big, huge], axis=-1)
     return block.reshape(rows, -1), valid.reshape(rows, -1)
 
 
