@@ -91,8 +91,8 @@ class InstanceMaker:
         cut_a = first_a + rest // 2
         cut_b = first_b + rest - rest // 2
         getrandbits = self.rng.getrandbits
-        front_a = bin(getrandbits(cut_a)).count("1") if cut_a else 0
-        front_b = bin(getrandbits(cut_b)).count("1") if cut_b else 0
+        front_a = getrandbits(cut_a).bit_count() if cut_a else 0
+        front_b = getrandbits(cut_b).bit_count() if cut_b else 0
         stats = self.stats
         stats.truncated_instances += 1
         stats.truncated_tokens += excess
