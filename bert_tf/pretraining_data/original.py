@@ -8,6 +8,8 @@ Records are serialised deterministically (sorted proto map keys, `schema.encode_
 bytes of `SerializeToString(deterministic=True)` without TensorFlow), so files are byte-stable.
 """
 import dataclasses
+import sys
+import time
 
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import masking
@@ -167,3 +169,26 @@ def write_instances(instances, tokenizer, max_seq_length, max_predictions_per_se
     for k, instance in enumerate(instances):
         features = instance_features(instance, tokenizer, max_seq_length, max_predictions_per_seq)
         writers[k % len(writers)].write(encode_example(features))
+
+
+class DocProgress:
+    """tqdm over documents x passes with instances/s; silent when stderr is not a terminal."""
+
+    def __init__(self, total, enabled):
+        self.start = time.time()
+        self.bar = None
+        if enabled is False or (enabled is None and not sys.stderr.isatty()):
+            return
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, unit="doc", desc="original", file=sys.stderr, mininterval=1.0)
+
+    def update(self, docs, instances):
+        if self.bar is None:
+            return
+        self.bar.update(docs)
+        elapsed = max(time.time() - self.start, 1e-9)
+        self.bar.set_postfix_str(f"{instances / elapsed:.0f} inst/s", refresh=False)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()

@@ -217,7 +217,7 @@ def _run_original(opts, input_files, paths, stats_path, vocab_path, start):
     if not all_documents:
         raise BertError(f"--input_file: no text found in {opts.input_file or opts.tfds_dataset!r}")
     rng = random.Random(opts.random_seed)
-    progress = _DocProgress(len(all_documents) * opts.dupe_factor, opts.progress)
+    progress = original_lib.DocProgress(len(all_documents) * opts.dupe_factor, opts.progress)
     try:
         instances = original_lib.create_training_instances(
             all_documents, tokenizer, opts.max_seq_length, opts.dupe_factor, opts.short_seq_prob,
@@ -239,27 +239,6 @@ def _run_original(opts, input_files, paths, stats_path, vocab_path, start):
                    {"vocab_file": vocab_path,
                     "config": _fingerprint(opts, input_files, vocab_path, len(paths)),
                     "peak_rss_mb": {"writer": round(streaming_lib.peak_rss_mb(), 1), "workers": None}})
-
-
-class _DocProgress:
-    def __init__(self, total, enabled):
-        self.start = time.time()
-        self.bar = None
-        if enabled is False or (enabled is None and not sys.stderr.isatty()):
-            return
-        from tqdm import tqdm
-        self.bar = tqdm(total=total, unit="doc", desc="original", file=sys.stderr, mininterval=1.0)
-
-    def update(self, docs, instances):
-        if self.bar is None:
-            return
-        self.bar.update(docs)
-        elapsed = max(time.time() - self.start, 1e-9)
-        self.bar.set_postfix_str(f"{instances / elapsed:.0f} inst/s", refresh=False)
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
 
 
 def _fingerprint(opts, input_files, vocab_path, num_shards):
