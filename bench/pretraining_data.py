@@ -4,7 +4,10 @@ On one deterministic synthetic corpus (sentences of Zipf-distributed words from 
 list) at two sizes, each row runs `create_pretraining_data.py` as a user would, in its own
 process, and reports instances/s over the whole command's wall time (start-up, imports and
 worker start included) and peak RSS: VmHWM of the writing (main) process and of the largest
-worker from the stats JSON (Beam rows: the largest child process, sampled every 0.1 s).
+worker from the stats JSON (Beam rows: the largest child process, sampled every 0.1 s), and
+the CPU seconds of the command and its workers (`x orig/CPU`: instances per CPU-second
+against the original row's; on a shared machine this is the steadier figure, as the wall
+time depends on how many cores the other load leaves).
 Beam rows: DirectRunner in-process, and 2 worker processes with
 --direct_running_mode=multi_processing (skipped without the [beam] extra). Ratios are against
 the original-mode row of the same size, measured in the same run.
@@ -94,7 +97,9 @@ def run_cli(opts):
         import psutil
     except ImportError:
         psutil = None
+    import resource
     stats_path = opts["output_file"] + ".stats.json"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
     proc = subprocess.Popen([sys.executable, CLI] + _flags(opts), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -109,12 +114,14 @@ def run_cli(opts):
         time.sleep(0.1)
     seconds = time.time() - start
     _, err = proc.communicate()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the script and its waited-for workers
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         return {"error": " | ".join(err.strip().splitlines()[-3:])}
     with open(stats_path) as f:
         data = json.load(f)
     rss = data.get("peak_rss_mb") or {}
-    return {"instances": data["totals"]["instances"], "seconds": seconds,
+    return {"instances": data["totals"]["instances"], "seconds": seconds, "cpu_seconds": cpu,
             "rss_self_mb": rss.get("writer") or 0,
             "rss_child_mb": rss.get("workers") or child_peak}
 
@@ -127,22 +134,25 @@ sys.argv = ["x", "--input_file={inp}", "--output_file={out}", "--vocab_file={voc
 from absl import flags
 from official.nlp.data import create_pretraining_data as cpd
 flags.FLAGS(sys.argv)
-t = time.time()
 cpd.main(None)
-seconds = time.time() - t
+end = time.time()  # the bench measures from the process start (imports included)
 import tensorflow as tf
 n = sum(1 for _ in tf.data.TFRecordDataset("{out}"))
 from bert_tf.pretraining_data.streaming import peak_rss_mb
-print(json.dumps({{"instances": n, "seconds": seconds, "rss_self_mb": peak_rss_mb(), "rss_child_mb": 0}}))
+print(json.dumps({{"instances": n, "end": end, "rss_self_mb": peak_rss_mb(), "rss_child_mb": 0}}))
 """
 
 
 def run_row(code):
+    """A Python snippet printing {"instances", "end" (time.time()), RSS}: wall from its start."""
+    start = time.time()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return {"error": " | ".join(tail)}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    r["seconds"] = r.pop("end") - start
+    return r
 
 
 def beam_installed():
@@ -220,8 +230,8 @@ def main():
                 beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
                 output_file=os.path.join(workdir, "b2.tfrecord"))))
         print(f"{'row':<24}{'instances':>10}{'seconds':>9}{'inst/s':>10}{'x original':>11}"
-              f"{'RSS parent MB':>15}{'RSS worker MB':>15}")
-        base_rate = None
+              f"{'CPU s':>8}{'x orig/CPU':>11}{'RSS parent MB':>15}{'RSS worker MB':>15}")
+        base_rate = base_cpu_rate = None
         for name, opts in rows:
             r = run_cli(opts)
             results[f"{size:g}MB {name}"] = r
@@ -229,10 +239,13 @@ def main():
                 print(f"{name:<24} error: {r['error']}")
                 continue
             rate = r["instances"] / r["seconds"]
+            cpu_rate = r["instances"] / max(r["cpu_seconds"], 1e-9)
             if name == "original mode":
-                base_rate = rate
+                base_rate, base_cpu_rate = rate, cpu_rate
             ratio = f"{rate / base_rate:.1f}x" if base_rate else "-"
+            cpu_ratio = f"{cpu_rate / base_cpu_rate:.1f}x" if base_cpu_rate else "-"
             print(f"{name:<24}{r['instances']:>10}{r['seconds']:>9.1f}{rate:>10.0f}{ratio:>11}"
+                  f"{r['cpu_seconds']:>8.1f}{cpu_ratio:>11}"
                   f"{r['rss_self_mb']:>15.0f}{r['rss_child_mb']:>15.0f}")
         if has_garden:
             out = os.path.join(workdir, "garden.tfrecord")
@@ -243,7 +256,7 @@ def main():
                 rate = r["instances"] / r["seconds"]
                 ratio = f"{rate / base_rate:.1f}x" if base_rate else "-"
                 print(f"{'tf-models-official':<24}{r['instances']:>10}{r['seconds']:>9.1f}"
-                      f"{rate:>10.0f}{ratio:>11}{r['rss_self_mb']:>15.0f}{0:>15}")
+                      f"{rate:>10.0f}{ratio:>11}{'-':>8}{'-':>11}{r['rss_self_mb']:>15.0f}{0:>15}")
     with open(os.path.join(workdir, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
 
