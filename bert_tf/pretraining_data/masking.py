@@ -130,7 +130,7 @@ class BatchMasker:
         col = np.arange(seq)[None, :]
         la_c, n_c = la[:, None], n[:, None]
         ids = np.zeros((rows, seq), np.int64)
-        ids[col < n_c] = flat  # row-major: the rows' tokens back to back
+        ids[col < n_c] = np.fromiter(flat, np.int64, len(flat))  # row-major: rows back to back
 
         k = np.minimum(preds, np.maximum(1, np.round(n * self.prob).astype(np.int64)))
         rows_c = np.arange(rows)[:, None]

@@ -176,13 +176,14 @@ class WordpieceTokenizer:
         for word in whitespace_tokenize(convert_to_unicode(text)):
             pieces = self._cache.get(word)
             if pieces is None:
-                pieces = self._word_pieces(word)
+                pieces = self.word_pieces(word)
                 if len(self._cache) < 1_000_000:  # bounded: corpora have long tails
                     self._cache[word] = pieces
             output.extend(pieces)
         return output
 
-    def _word_pieces(self, word):
+    def word_pieces(self, word):
+        """Pieces of one whitespace-free word (uncached)."""
         if len(word) > self.max_input_chars_per_word:
             return [self.unk_token]
         pieces, start, n = [], 0, len(word)
@@ -261,6 +262,7 @@ class IdTokenizer:
         self.wordpiece = WordpieceTokenizer(vocab=vocab)
         self.cache_size = cache_size
         self.cache = {}
+        self.piece_ids = {}  # punctuation-split ASCII piece -> ids: "word," and "Word" share "word"
 
     def _slow(self, text):
         vocab, wp = self.vocab, self.wordpiece
@@ -275,8 +277,15 @@ class IdTokenizer:
         word = word.translate(_ASCII_CONTROL)
         if self.basic.do_lower_case:
             word = word.lower()
-        vocab, wp = self.vocab, self.wordpiece
-        return [vocab[p] for piece in _ASCII_PUNCT_SPLIT.findall(word) for p in wp.tokenize(piece)]
+        out = []
+        piece_ids = self.piece_ids
+        for piece in _ASCII_PUNCT_SPLIT.findall(word):  # non-empty, no whitespace
+            ids = piece_ids.get(piece)
+            if ids is None:
+                vocab = self.vocab
+                ids = piece_ids[piece] = [vocab[p] for p in self.wordpiece.word_pieces(piece)]
+            out += ids
+        return out
 
     def encode(self, text):
         """Ids of `text` (a list of ints)."""
@@ -289,6 +298,7 @@ class IdTokenizer:
         except KeyError:
             if len(cache) >= self.cache_size:  # bounded memory: start over
                 cache.clear()
+                self.piece_ids.clear()
                 getattr(self.wordpiece, "_cache", {}).clear()
             for w in words:
                 if w not in cache:
