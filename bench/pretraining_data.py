@@ -172,6 +172,8 @@ def main():
     parser.add_argument("--dupe_factor", type=int, default=None)
     parser.add_argument("--skip_original", action="store_true",
                         help="skip the (slow) original-mode row at the larger size")
+    parser.add_argument("--skip_garden", action="store_true",
+                        help="skip the tf-models-official row (slow: TensorFlow, one core)")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
     sizes = [float(s) for s in (args.sizes_mb or ("1,2" if args.quick else "3.5,20")).split(",")]
@@ -181,12 +183,12 @@ def main():
     words = make_words()
     vocab = os.path.join(workdir, "vocab.txt")
     write_vocab(vocab, words)
-    has_garden = garden_installed()
+    has_garden = not args.skip_garden and garden_installed()
     has_beam = beam_installed()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"cores: {os.cpu_count()}  load average: {load:.1f}  dupe_factor: {dupe}  "
           f"max_seq_length: 128  workdir: {workdir}")
-    if not has_garden:
+    if not has_garden and not args.skip_garden:
         print("tf-models-official (official.nlp.data.create_pretraining_data): not installed "
               "(pip install -c constraints.txt -e '.[peers]'); row skipped")
     if not has_beam:
