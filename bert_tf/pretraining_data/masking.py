@@ -115,18 +115,20 @@ class BatchMasker:
         (ids, n, num_segment_a, positions, labels, m, is_random_next); counts into `stats`."""
         np, seq, preds = self.np, self.seq, self.preds
         rows = len(pairs)
-        la = np.fromiter((len(a) for a, _, _ in pairs), np.int64, rows)
-        lb = np.fromiter((len(b) for _, b, _ in pairs), np.int64, rows)
-        nsp = np.fromiter((r for _, _, r in pairs), bool, rows)
-        n = la + lb + 3
-        flat = []
+        flat, lengths, nsp = [], [], []
         cls, sep = self.cls, self.sep
-        for a, b, _ in pairs:
+        for a, b, r in pairs:
             flat.append(cls)
             flat += a
             flat.append(sep)
             flat += b
             flat.append(sep)
+            lengths.append(len(a))
+            lengths.append(len(b))
+            nsp.append(r)
+        lengths = np.array(lengths, np.int64).reshape(rows, 2)
+        la, lb, nsp = lengths[:, 0], lengths[:, 1], np.array(nsp, bool)
+        n = la + lb + 3
         col = np.arange(seq)[None, :]
         la_c, n_c = la[:, None], n[:, None]
         ids = np.zeros((rows, seq), np.int64)
