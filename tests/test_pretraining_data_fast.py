@@ -263,3 +263,17 @@ def test_non_local_paths_go_through_gfile(mode):
     assert len(schema.parse_records(data["outputs"], 24, 4)) == data["totals"]["instances"] > 10
     names = [f"x-0000{i}-of-00002" for i in range(2)] if mode == "streaming" else ["x"]
     assert sorted(tf.io.gfile.listdir(f"ram://h4out/{mode}")) == names + ["x.stats.json"]
+
+
+def test_forked_and_spawned_workers_write_the_same_bytes(tmp_path, monkeypatch):
+    from bert_tf.pretraining_data import streaming
+    corpus, vocab = _one_token_documents(tmp_path, 9)
+    outs = {}
+    for method in ("fork", "spawn"):
+        monkeypatch.setattr(streaming, "start_method", lambda m=method: m)
+        data = run(Options(input_file=corpus, vocab_file=vocab, mode="streaming", dupe_factor=3,
+                           max_seq_length=24, max_predictions_per_seq=4, num_workers=2,
+                           output_file=str(tmp_path / method / "out"), progress=False))
+        assert len(data["outputs"]) == 2 and data["peak_rss_mb"]["workers"] > 0
+        outs[method] = [open(p, "rb").read() for p in data["outputs"]]
+    assert outs["fork"] == outs["spawn"] and all(outs["fork"])

@@ -263,6 +263,13 @@ def _worker_main(cfg, task_queue, result_queue):
             return
 
 
+def start_method():
+    """fork starts a worker in milliseconds, but is unsafe once TensorFlow is loaded (gs:// or
+    tfds input, or a caller that imported it): then spawn. Workers never import TF (except for
+    --tfds_dataset shards)."""
+    return "spawn" if "tensorflow" in sys.modules or sys.platform != "linux" else "fork"
+
+
 def run_tasks(tasks, cfg, num_workers, on_message):
     """Run shard tasks, in this process (num_workers <= 1) or in worker processes.
 
@@ -285,11 +292,7 @@ def run_tasks(tasks, cfg, num_workers, on_message):
 
     import multiprocessing
     import numpy  # noqa: F401  (loaded once here, shared by the forked workers)
-    # fork starts a worker in milliseconds, but is unsafe once TensorFlow is loaded (gs:// or
-    # tfds input, or a caller that imported it): then spawn. Workers never import TF (except
-    # for --tfds_dataset shards).
-    method = "spawn" if "tensorflow" in sys.modules or sys.platform != "linux" else "fork"
-    ctx = multiprocessing.get_context(method)
+    ctx = multiprocessing.get_context(start_method())
     task_queue = ctx.Queue()
     result_queue = ctx.Queue(maxsize=8 * num_workers)  # back-pressure on the writer
     for task in tasks:
