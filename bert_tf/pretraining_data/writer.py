@@ -40,17 +40,20 @@ def masked_crc(data):
 
 def frame(records):
     """Serialized records -> one bytes object of TFRecord frames (what a TFRecord file holds)."""
+    global _crc32c
+    if _crc32c is None:
+        _crc32c = _crc_fn()
+    crc32c, pack_u32, pack_u64 = _crc32c, _U32.pack, _U64.pack
+    heads = {}
     out = []
-    length_crcs = {}
     for record in records:
         n = len(record)
-        head = length_crcs.get(n)
+        head = heads.get(n)
         if head is None:
-            length = _U64.pack(n)
-            head = length_crcs[n] = length + _U32.pack(masked_crc(length))
-        out.append(head)
-        out.append(record)
-        out.append(_U32.pack(masked_crc(record)))
+            length = pack_u64(n)
+            head = heads[n] = length + pack_u32(masked_crc(length))
+        crc = crc32c(record)
+        out.append(head + record + pack_u32((((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF))
     return b"".join(out)
 
 
