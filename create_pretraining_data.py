@@ -59,9 +59,10 @@ flags.DEFINE_string("tfds_split", "train", "Split of --tfds_dataset.")
 flags.DEFINE_string("tfds_data_dir", None, "data_dir for --tfds_dataset.")
 flags.DEFINE_string("tfds_text_key", "text", "Text feature of --tfds_dataset.")
 flags.DEFINE_integer("nsp_reservoir_size", 1000,
-                     "streaming: documents kept (reservoir sample) to draw random-next segments "
-                     "from. beam: documents per shuffle-keyed group they are drawn from.")
-flags.DEFINE_integer("shuffle_buffer_size", 10000, "streaming: per-shard instance shuffle buffer.")
+                     "streaming and beam: documents kept (reservoir sample of the shard's or "
+                     "piece's earlier documents) to draw random-next segments from.")
+flags.DEFINE_integer("shuffle_buffer_size", 10000,
+                     "streaming and beam: per-shard (per-piece) instance shuffle buffer.")
 flags.DEFINE_string("stats_file", None, "Stats JSON (default: <output>.stats.json).")
 flags.DEFINE_string("bert_config_file", None,
                     "Optional bert_config.json: checks max_seq_length and the vocab size against it.")

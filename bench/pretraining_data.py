@@ -1,15 +1,19 @@
 """Benchmark create_pretraining_data: original mode vs streaming (1 and 2 workers) vs Beam vs Model Garden.
 
 On one deterministic synthetic corpus (sentences of Zipf-distributed words from a generated word
-list) at two sizes, each row runs in its own subprocess and reports instances/s (timed inside
-the run, TensorFlow import excluded) and peak RSS: VmHWM of the writing (main) process and of the
-largest worker (getrusage's ru_maxrss would count, for a spawned worker, the parent pages it
-mapped between fork and exec). Beam rows (DirectRunner in-process, and 2 worker processes with
---direct_running_mode=multi_processing; skipped without the [beam] extra) sample the RSS of the
-worker processes every 0.2 s instead. Ratios are against the original-mode row of the same size.
+list) at two sizes, each row runs `create_pretraining_data.py` as a user would, in its own
+process, and reports instances/s over the whole command's wall time (start-up, imports and
+worker start included) and peak RSS: VmHWM of the writing (main) process and of the largest
+worker from the stats JSON (Beam rows: the largest child process, sampled every 0.1 s), and
+the CPU seconds of the command and its workers (`x orig/CPU`: instances per CPU-second
+against the original row's; on a shared machine this is the steadier figure, as the wall
+time depends on how many cores the other load leaves).
+Beam rows: DirectRunner in-process, and 2 worker processes with
+--direct_running_mode=multi_processing, --output_shards=0 (skipped without the [beam] extra). Ratios are against
+the original-mode row of the same size, measured in the same run.
 
-  .venv/bin/python bench/pretraining_data.py            # 20 MB and 40 MB corpora
-  .venv/bin/python bench/pretraining_data.py --quick    # 2 MB and 4 MB, dupe_factor 2
+  .venv/bin/python bench/pretraining_data.py            # 3.5 MB and 20 MB corpora
+  .venv/bin/python bench/pretraining_data.py --quick    # 1 MB and 2 MB, dupe_factor 2
 """
 import argparse
 import json
@@ -74,36 +78,53 @@ def write_vocab(path, words, size=8000):
         f.write("\n".join(vocab) + "\n")
 
 
-_ROW = r"""
-import json, sys, threading, time
-sys.path.insert(0, {repo!r})
-import bert_tf
-import tensorflow as tf
-import psutil
-from bert_tf.pretraining_data.runner import Options, run
-opts = Options(**json.loads({opts!r}), progress=False)
-if opts.mode == "beam":
-    import apache_beam  # imported before the clock starts, like TensorFlow
-children_peak, done = [0], threading.Event()
+CLI = os.path.join(REPO, "create_pretraining_data.py")
 
-def sample():  # peak RSS of any child process (Beam's SDK workers)
-    me = psutil.Process()
-    while not done.wait(0.2):
-        for c in me.children(recursive=True):
+
+def _flags(opts):
+    args = []
+    for key, value in opts.items():
+        if key == "beam_args":
+            args += list(value)
+        else:
+            args.append(f"--{key}={value}")
+    return args
+
+
+def run_cli(opts):
+    """Run the script; wall seconds, instances, peak RSS (from its stats JSON or sampled)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    import resource
+    stats_path = opts["output_file"] + ".stats.json"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.time()
+    proc = subprocess.Popen([sys.executable, CLI] + _flags(opts), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child_peak = 0.0
+    while proc.poll() is None:
+        if psutil is not None:
             try:
-                children_peak[0] = max(children_peak[0], c.memory_info().rss / 2**20)
+                for c in psutil.Process(proc.pid).children(recursive=True):
+                    child_peak = max(child_peak, c.memory_info().rss / 2**20)
             except psutil.Error:
                 pass
+        time.sleep(0.1)
+    seconds = time.time() - start
+    _, err = proc.communicate()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the script and its waited-for workers
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        return {"error": " | ".join(err.strip().splitlines()[-3:])}
+    with open(stats_path) as f:
+        data = json.load(f)
+    rss = data.get("peak_rss_mb") or {}
+    return {"instances": data["totals"]["instances"], "seconds": seconds, "cpu_seconds": cpu,
+            "rss_self_mb": rss.get("writer") or 0,
+            "rss_child_mb": rss.get("workers") or child_peak}
 
-threading.Thread(target=sample, daemon=True).start()
-t = time.time()
-data = run(opts)
-seconds = time.time() - t
-done.set()
-print(json.dumps({{"instances": data["totals"]["instances"], "seconds": seconds,
-    "rss_self_mb": data["peak_rss_mb"]["writer"],
-    "rss_child_mb": data["peak_rss_mb"]["workers"] or children_peak[0]}}))
-"""
 
 _GARDEN = r"""
 import json, sys, time
@@ -113,22 +134,25 @@ sys.argv = ["x", "--input_file={inp}", "--output_file={out}", "--vocab_file={voc
 from absl import flags
 from official.nlp.data import create_pretraining_data as cpd
 flags.FLAGS(sys.argv)
-t = time.time()
 cpd.main(None)
-seconds = time.time() - t
+end = time.time()  # the bench measures from the process start (imports included)
 import tensorflow as tf
 n = sum(1 for _ in tf.data.TFRecordDataset("{out}"))
 from bert_tf.pretraining_data.streaming import peak_rss_mb
-print(json.dumps({{"instances": n, "seconds": seconds, "rss_self_mb": peak_rss_mb(), "rss_child_mb": 0}}))
+print(json.dumps({{"instances": n, "end": end, "rss_self_mb": peak_rss_mb(), "rss_child_mb": 0}}))
 """
 
 
 def run_row(code):
+    """A Python snippet printing {"instances", "end" (time.time()), RSS}: wall from its start."""
+    start = time.time()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return {"error": " | ".join(tail)}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    r["seconds"] = r.pop("end") - start
+    return r
 
 
 def beam_installed():
@@ -143,30 +167,48 @@ def garden_installed():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 MB / 4 MB corpora, dupe_factor 2")
+    parser.add_argument("--quick", action="store_true", help="1 MB / 2 MB corpora, dupe_factor 2")
     parser.add_argument("--sizes_mb", default=None, help="comma-separated corpus sizes in MB")
     parser.add_argument("--dupe_factor", type=int, default=None)
     parser.add_argument("--skip_original", action="store_true",
                         help="skip the (slow) original-mode row at the larger size")
+    parser.add_argument("--skip_garden", action="store_true",
+                        help="skip the tf-models-official row (slow: TensorFlow, one core)")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
-    sizes = [float(s) for s in (args.sizes_mb or ("2,4" if args.quick else "20,40")).split(",")]
+    sizes = [float(s) for s in (args.sizes_mb or ("1,2" if args.quick else "3.5,20")).split(",")]
     dupe = args.dupe_factor or (2 if args.quick else 10)
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_ptd_")
     os.makedirs(workdir, exist_ok=True)
     words = make_words()
     vocab = os.path.join(workdir, "vocab.txt")
     write_vocab(vocab, words)
-    has_garden = garden_installed()
+    has_garden = not args.skip_garden and garden_installed()
     has_beam = beam_installed()
-    print(f"cores: {os.cpu_count()}  dupe_factor: {dupe}  max_seq_length: 128  workdir: {workdir}")
-    if not has_garden:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"cores: {os.cpu_count()}  load average: {load:.1f}  dupe_factor: {dupe}  "
+          f"max_seq_length: 128  workdir: {workdir}")
+    if not has_garden and not args.skip_garden:
         print("tf-models-official (official.nlp.data.create_pretraining_data): not installed "
               "(pip install -c constraints.txt -e '.[peers]'); row skipped")
     if not has_beam:
         print("apache-beam: not installed (pip install -c constraints.txt -e '.[beam]'); "
               "Beam rows skipped")
     results = {}
+    # Start-up: a 10-line job, wall time of the whole command.
+    tiny = os.path.join(workdir, "ten_lines.txt")
+    write_corpus(tiny, 1, words=words)
+    with open(tiny) as f:
+        lines = f.read().splitlines()[:10]
+    with open(tiny, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    for name, extra in (("original mode", {"mode": "original"}),
+                        ("streaming, 2 workers", {"mode": "streaming", "num_workers": 2})):
+        r = run_cli(dict(extra, input_file=tiny, vocab_file=vocab,
+                         output_file=os.path.join(workdir, "tiny.tfrecord")))
+        results[f"10 lines {name}"] = r
+        print(f"start-up, 10-line job, {name}: "
+              + (f"error: {r['error']}" if "error" in r else f"{r['seconds']:.2f} s"))
     for size in sizes:
         corpus = os.path.join(workdir, f"corpus_{size:g}mb.txt")
         t = time.time()
@@ -182,27 +224,32 @@ def main():
                          dict(base, mode="streaming", num_workers=w, output_shards=2,
                               output_file=os.path.join(workdir, f"s{w}.tfrecord"))))
         if has_beam:
+            # --output_shards=0: the runner picks the files. A fixed count adds a GroupByKey that
+            # the DirectRunner holds in memory (parent RSS grows with the corpus).
             rows.append(("beam Direct, in-process", dict(
-                base, mode="beam", runner="DirectRunner", output_shards=2,
+                base, mode="beam", runner="DirectRunner", output_shards=0,
                 output_file=os.path.join(workdir, "b1.tfrecord"))))
             rows.append(("beam Direct, 2 procs", dict(
-                base, mode="beam", runner="DirectRunner", output_shards=2,
+                base, mode="beam", runner="DirectRunner", output_shards=0,
                 beam_args=["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
                 output_file=os.path.join(workdir, "b2.tfrecord"))))
         print(f"{'row':<24}{'instances':>10}{'seconds':>9}{'inst/s':>10}{'x original':>11}"
-              f"{'RSS parent MB':>15}{'RSS worker MB':>15}")
-        base_rate = None
+              f"{'CPU s':>8}{'x orig/CPU':>11}{'RSS parent MB':>15}{'RSS worker MB':>15}")
+        base_rate = base_cpu_rate = None
         for name, opts in rows:
-            r = run_row(_ROW.format(repo=REPO, opts=json.dumps(opts)))
+            r = run_cli(opts)
             results[f"{size:g}MB {name}"] = r
             if "error" in r:
                 print(f"{name:<24} error: {r['error']}")
                 continue
             rate = r["instances"] / r["seconds"]
+            cpu_rate = r["instances"] / max(r["cpu_seconds"], 1e-9)
             if name == "original mode":
-                base_rate = rate
+                base_rate, base_cpu_rate = rate, cpu_rate
             ratio = f"{rate / base_rate:.1f}x" if base_rate else "-"
+            cpu_ratio = f"{cpu_rate / base_cpu_rate:.1f}x" if base_cpu_rate else "-"
             print(f"{name:<24}{r['instances']:>10}{r['seconds']:>9.1f}{rate:>10.0f}{ratio:>11}"
+                  f"{r['cpu_seconds']:>8.1f}{cpu_ratio:>11}"
                   f"{r['rss_self_mb']:>15.0f}{r['rss_child_mb']:>15.0f}")
         if has_garden:
             out = os.path.join(workdir, "garden.tfrecord")
@@ -213,7 +260,7 @@ def main():
                 rate = r["instances"] / r["seconds"]
                 ratio = f"{rate / base_rate:.1f}x" if base_rate else "-"
                 print(f"{'tf-models-official':<24}{r['instances']:>10}{r['seconds']:>9.1f}"
-                      f"{rate:>10.0f}{ratio:>11}{r['rss_self_mb']:>15.0f}{0:>15}")
+                      f"{rate:>10.0f}{ratio:>11}{'-':>8}{'-':>11}{r['rss_self_mb']:>15.0f}{0:>15}")
     with open(os.path.join(workdir, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
 

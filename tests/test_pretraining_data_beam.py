@@ -25,6 +25,14 @@ def _records(paths):
     return sorted(r.numpy() for r in tf.data.TFRecordDataset(list(paths)))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def small_pieces():
+    """~150 KB corpora: pieces of 32 KB so that several workers get work."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(beam_lib, "MIN_PIECE_BYTES", 32 << 10)
+        yield
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     d = tmp_path_factory.mktemp("beam_corpus")
@@ -92,39 +100,36 @@ def test_beam_shards_feed_the_training_input_pipeline(in_process):
     assert count == len(expected) - len(expected) % 7  # drop_remainder
 
 
-def test_beam_same_instances_with_two_workers_and_any_input_cut(in_process, corpus, tmp_path,
-                                                                 monkeypatch):
-    """2 worker threads, input cut in ~1 KB pieces: the same set of records. (2 worker
-    processes: test_cli_multi_processing_pass_through, slow.)"""
+def test_beam_same_records_as_streaming_and_with_two_workers(in_process, corpus, tmp_path):
+    """The pieces are streaming's shards: the records equal --mode=streaming's with as many
+    shards, and 2 worker threads give the same set. (2 worker processes:
+    test_cli_multi_processing_pass_through, slow.)"""
     d, data = in_process
-    monkeypatch.setattr(beam_lib, "SPLIT_BYTES", 997)
     text, vocab = corpus
-    assert len(beam_lib.plan_pieces([text])) > 50
+    pieces = len(beam_lib.plan_pieces([text]))
+    assert pieces == beam_lib.num_pieces(os.path.getsize(text)) >= 2
+    streamed = run(Options(input_file=text, vocab_file=vocab, mode="streaming", dupe_factor=5,
+                           output_file=str(tmp_path / "s" / "out"), output_shards=pieces,
+                           nsp_reservoir_size=30, progress=False))
+    assert _records(streamed["outputs"]) == _records(data["outputs"])
+    assert _counters(streamed["totals"]) == _counters(data["totals"])
     other = run(Options(input_file=text, vocab_file=vocab, mode="beam", runner="DirectRunner",
                         beam_args=("--direct_num_workers=2", "--direct_running_mode=multi_threading"),
                         dupe_factor=5, output_file=str(tmp_path / "out"),
                         output_shards=2, nsp_reservoir_size=30, progress=False))
-    assert other["totals"] == {**data["totals"], **{k: other["totals"][k] for k in
-                                                    ("seconds", "instances_per_second")}}
+    assert _counters(other["totals"]) == _counters(data["totals"])
     assert _records(other["outputs"]) == _records(data["outputs"])
 
 
-def test_document_keys_and_pieces(tmp_path):
-    import gzip
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "x.txt").write_bytes(b"one\ntwo\n\n\nthree\n\nfour\nfive")
-    with gzip.open(tmp_path / "a" / "y.txt.gz", "wb") as f:
-        f.write(b"six\n\nseven\n")
-    files = [str(tmp_path / "a" / "x.txt"), str(tmp_path / "a" / "y.txt.gz")]
-    expected = [("x.txt@000000000000", ["one", "two"]), ("x.txt@000000000010", ["three"]),
-                ("x.txt@000000000017", ["four", "five"]),
-                ("y.txt.gz#000000000", ["six"]), ("y.txt.gz#000000001", ["seven"])]
-    for split in (1, 2, 3, 5, 8, 100):
-        got = [kd for piece in beam_lib.plan_pieces(files, split)
-               for kd in beam_lib.ReadDocuments().process(piece)]
-        assert got == expected, split
-    assert beam_lib.key_names(["gs://b/c/d/x", "gs://b/c/e/y"]) == {"gs://b/c/d/x": "d/x",
-                                                                    "gs://b/c/e/y": "e/y"}
+def _counters(totals):
+    return {k: v for k, v in totals.items() if k not in ("seconds", "instances_per_second")}
+
+
+def test_piece_count_depends_on_input_size_only(monkeypatch):
+    mb = 1 << 20
+    monkeypatch.setattr(beam_lib, "MIN_PIECE_BYTES", mb)  # the default
+    sizes = (0, 1, mb, mb + 1, 3 * mb + 5, 20 * mb, 100 * mb, 64 * mb * 40 + 1)
+    assert [beam_lib.num_pieces(b) for b in sizes] == [1, 1, 1, 2, 4, 16, 16, 41]
 
 
 def test_beam_errors(tmp_path, corpus):
@@ -179,8 +184,12 @@ def test_cli_multi_processing_pass_through(tmp_path, corpus, in_process):
          f"--output_file={tmp_path}/out", "--output_shards=3", "--nsp_reservoir_size=30"],
         capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"wrote {data['totals']['instances']} instances" in proc.stderr
-    assert _records(tmp_path.glob("out-*")) == _records(data["outputs"])
+    # Outside this process pieces are >= 1 MB: this corpus is one piece, streaming's 1 shard.
+    streamed = run(Options(input_file=text, vocab_file=vocab, mode="streaming", dupe_factor=5,
+                           output_file=str(tmp_path / "s" / "out"), nsp_reservoir_size=30,
+                           progress=False))
+    assert f"wrote {streamed['totals']['instances']} instances" in proc.stderr
+    assert _records(tmp_path.glob("out-*")) == _records(streamed["outputs"])
     bad = subprocess.run(
         [sys.executable, os.path.join(REPO, "create_pretraining_data.py"), "--no_such_flag=1",
          f"--input_file={text}", f"--vocab_file={vocab}", f"--output_file={tmp_path}/x"],

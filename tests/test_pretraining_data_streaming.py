@@ -13,7 +13,7 @@ import bert_tf  # noqa: F401
 from bert_tf import BertError
 from bert_tf.pretraining_data import documents, masking, schema, streaming
 from bert_tf.pretraining_data.runner import Options, run
-from bert_tf.tokenization import FullTokenizer, load_vocab
+from bert_tf.tokenization import FullTokenizer, IdTokenizer, load_vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "tests", "data", "pretraining")
@@ -71,7 +71,7 @@ def test_id_tokenizer_equals_full_tokenizer(tmp_path):
     (tmp_path / "v.txt").write_text("\n".join(tokens) + "\n")
     for lower in (True, False):
         full = FullTokenizer(str(tmp_path / "v.txt"), do_lower_case=lower)
-        fast = streaming.IdTokenizer(dict(full.vocab), do_lower_case=lower)
+        fast = IdTokenizer(dict(full.vocab), do_lower_case=lower)
         assert fast.encode("UNwant\u00E9d,running") == full.convert_tokens_to_ids(
             full.tokenize("UNwant\u00E9d,running"))
         alphabet = list("abcABCxX ,.!'#") + ["want", "ed", "runn", "ing", "un", "Café", "e\u0301",

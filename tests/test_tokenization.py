@@ -2,6 +2,8 @@
 
 Expected values are derived by hand from the rules, not printed from our output.
 """
+import os
+
 import pytest
 
 import bert_tf
@@ -308,3 +310,21 @@ def test_sample_text_lines():
         "sea", "level", ")"]
     assert BasicTokenizer(do_lower_case=False).tokenize("The budget was €1,250,000 — or") == [
         "The", "budget", "was", "€1", ",", "250", ",", "000", "—", "or"]
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_id_tokenizer_equals_full_tokenizer_on_text_files(lower):
+    """The cached fast path gives FullTokenizer's ids for every line, cold and warm, and after
+    its cache starts over."""
+    data = os.path.join(os.path.dirname(__file__), "data")
+    vocab_path = os.path.join(data, "pretraining", "vocab.txt")
+    full = FullTokenizer(vocab_path, do_lower_case=lower)
+    fast = tokenization.IdTokenizer(dict(full.vocab), do_lower_case=lower, cache_size=50)
+    lines = []
+    for name in ("sample_text.txt", os.path.join("pretraining", "corpus.txt")):
+        with open(os.path.join(data, name), encoding="utf-8") as f:
+            lines += f.read().splitlines()
+    assert len(lines) > 50
+    for _ in range(2):
+        for line in lines:
+            assert fast.encode(line) == full.convert_tokens_to_ids(full.tokenize(line)), line

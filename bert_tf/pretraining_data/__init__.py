@@ -2,12 +2,15 @@
 
   schema     feature names, `feature_spec(max_seq_length, max_predictions_per_seq)`, serialisers
   documents  input files/globs/gzip/tfds -> documents (lists of sentences)
-  masking    masked-LM selection (original algorithm; per-word whole-word masking option)
+  masking    masked-LM selection: the original's algorithm on tokens (mode `original`, its exact
+             random stream) and BatchMasker, the vectorised one (streaming and Beam)
+  instances  per-document pairs (chunking / NSP / truncation) + batch masking and encoding,
+             shared by streaming and Beam
   original   mode `original`: the original release's algorithm and random stream, exactly
   streaming  mode `streaming`: sharded, multi-process, bounded memory, resumable
-  beam       mode `beam` (--runner=...): the same logic as an Apache Beam pipeline (needs the
-             [beam] extra; imported only in that mode)
-  writer     atomic TFRecord/JSON outputs
+  beam       mode `beam` (--runner=...): streaming's shards as an Apache Beam pipeline (needs
+             the [beam] extra; imported only in that mode)
+  writer     atomic TFRecord (own framing, no TensorFlow for local paths) and JSON outputs
   stats      counters of the stats JSON
   runner     `Options` + `run(options)`, what create_pretraining_data.py calls
   cli        absl flags of create_pretraining_data.py

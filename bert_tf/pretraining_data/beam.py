@@ -1,162 +1,87 @@
-"""Mode `beam`: the document -> instances -> masked records logic as an Apache Beam pipeline.
+"""Mode `beam`: streaming's shards as an Apache Beam pipeline.
 
 `create_pretraining_data.py --runner=DirectRunner|DataflowRunner|FlinkRunner|SparkRunner` (plus
 that runner's own pipeline options, passed through) runs:
 
-  input pieces (files cut into byte ranges; a .gz file is one piece)     Create + Reshuffle
-  -> documents keyed by (file path, byte offset of their first line)     ReadDocuments
-  -> token ids, empty documents dropped                                  TokenizeDocuments
-  -> random NSP group per document, ~`nsp_reservoir_size` documents each AssignGroup + GroupByKey
-  -> per document: `dupe_factor` passes of the original's chunking / NSP / truncation /
-     masking (streaming.InstanceMaker), its random-next segments drawn from the other
-     documents of its group, all draws from a seed hashed from (random_seed, document key)
-  -> records, shuffled within the group                                  MakeInstances
-  -> WriteToTFRecord(<output_file>, num_shards=--output_shards)          + stats JSON
+  input cut into byte-range pieces (streaming.plan_file_shards)          Create + Reshuffle
+  -> per piece, exactly streaming's per-shard work (streaming.run_shard: IdTokenizer, the
+     original's chunking / NSP / truncation with a reservoir of earlier documents of the
+     piece, vectorised masking and encoding, a shuffle buffer), TFRecord-framed chunks of
+     ~1000 records                                                        MakeRecords
+  -> <output_file>-SSSSS-of-NNNNN (num_shards=--output_shards)            + stats JSON
 
-The group of a document is a hash of (random_seed, key) modulo the number of groups (documents /
-group size), so groups, partners and every draw depend only on the input and the flags: the set
-of records is the same on any runner with any number of workers. Which shard a record lands in
-and the order inside a shard are the runner's (WriteToTFRecord's) choice. Memory per worker is
-bounded by one group (its documents and their records), not by the corpus.
+So Beam's per-element cost is paid per piece and per chunk, not per document or record, and
+the records are exactly the ones `--mode=streaming` writes with as many shards as there are
+pieces: the same on any runner with any number of workers. The number of pieces depends only
+on the input size (`num_pieces`); which output file a chunk lands in and the order of chunks
+are the runner's choice. Memory per worker is bounded as in streaming (one piece at a time).
 
 Needs the `beam` extra (`pip install -c constraints.txt -e '.[beam]'`); nothing else in
 bert_tf imports this module.
 """
-import hashlib
 import json
 import posixpath
-import random
 
 import apache_beam as beam
+from apache_beam import coders
+from apache_beam.io import filebasedsink
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from bert_tf import BertError
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import streaming as streaming_lib
 from bert_tf.pretraining_data.stats import COUNTERS, Stats
+from bert_tf.tokenization import IdTokenizer
 
-SPLIT_BYTES = 64 << 20  # input piece size; output does not depend on it
+MIN_PIECE_BYTES = 1 << 20   # pieces of at least 1 MB ...
+MAX_PIECE_BYTES = 64 << 20  # ... and at most 64 MB; at least MIN_PIECES when the input allows
+MIN_PIECES = 16
 STATS_TAG = "stats"
 
 
-def hash64(*parts):
-    digest = hashlib.sha256("/".join(["bert_tf.beam"] + [str(p) for p in parts]).encode()).digest()
-    return int.from_bytes(digest[:8], "big")
+def num_pieces(total_bytes):
+    """Pieces the input is cut into: a function of its size only (records depend on it)."""
+    ceil = lambda a, b: -(-a // b)  # noqa: E731
+    pieces = max(MIN_PIECES, ceil(total_bytes, MAX_PIECE_BYTES))
+    return max(1, min(pieces, ceil(total_bytes, MIN_PIECE_BYTES)))
 
 
-def key_names(input_files):
-    """Path -> the name used in document keys: relative to the inputs' common folder, so the
-    output does not change when the corpus is moved (or copied to gs://)."""
-    dirs = [p[:p.rfind("/") + 1] for p in input_files]
-    common = posixpath.commonprefix(dirs)
-    common = common[:common.rfind("/") + 1]
-    return {p: p[len(common):] for p in input_files}
+def plan_pieces(input_files):
+    """Input files -> streaming ShardTasks (byte ranges; a .gz file goes whole to one)."""
+    total = sum(docs_lib.file_size(p) for p in input_files)
+    return streaming_lib.plan_file_shards(input_files, num_pieces(total))
 
 
-def plan_pieces(input_files, split_bytes=None):
-    """Files -> ("range", path, name, lo, hi) / ("file", path, name) pieces; a range yields the
-    documents that start in it."""
-    split_bytes = split_bytes or SPLIT_BYTES
-    pieces = []
-    names = key_names(input_files)
-    for path in input_files:
-        size = docs_lib.file_size(path)
-        if size == 0:
-            continue
-        if docs_lib.is_gzip(path):
-            pieces.append(("file", path, names[path]))
-        else:
-            for lo in range(0, size, split_bytes):
-                pieces.append(("range", path, names[path], lo, min(lo + split_bytes, size)))
-    return pieces
-
-
-class ReadDocuments(beam.DoFn):
-    """piece -> (document key, sentences); keys do not depend on how files are cut."""
-
-    def process(self, piece):
-        if piece[0] == "range":
-            _, path, name, lo, hi = piece
-            for doc, offset in docs_lib.iter_range_documents(path, lo, hi, offsets=True):
-                yield f"{name}@{offset:012d}", doc
-        else:
-            _, path, name = piece
-            for ordinal, doc in enumerate(docs_lib.iter_file_documents(path)):
-                yield f"{name}#{ordinal:09d}", doc
-
-
-class TokenizeDocuments(beam.DoFn):
-    """(key, sentences) -> (key, list of id lists); documents without tokens are dropped."""
+class MakeRecords(beam.DoFn):
+    """ShardTask -> TFRecord-framed chunks of records (+ the piece's stats dict, tagged)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
 
     def setup(self):
         cfg = self.cfg
-        self.tokenizer = streaming_lib.IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
+        self.tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
 
-    def process(self, element):
-        key, sentences = element
-        doc = [ids for ids in map(self.tokenizer.encode, sentences) if ids]
-        if doc:
-            yield key, doc
-
-
-def assign_group(element, random_seed, group_size, num_documents):
-    key, doc = element
-    num_groups = max(1, round(num_documents / group_size))
-    return hash64("group", random_seed, key) % num_groups, (key, doc)
-
-
-class _Others:
-    """The documents of a group except one, as the sequence InstanceMaker draws partners from."""
-
-    def __init__(self, docs, skip):
-        self.docs, self.skip = docs, skip
-
-    def __len__(self):
-        return len(self.docs) - 1
-
-    def __getitem__(self, j):
-        return self.docs[j if j < self.skip else j + 1][1]
-
-
-class MakeInstances(beam.DoFn):
-    """(group, [(key, doc)]) -> serialized tf.train.Example records (+ a stats dict, tagged)."""
-
-    def __init__(self, cfg):
-        self.cfg = cfg
-
-    def setup(self):
-        cfg = self.cfg
-        self.maker = streaming_lib.InstanceMaker(cfg, None, None)
-        self.batcher = None
-        if not self.maker.whole_word and max(cfg.vocab.values()) < 1 << 21:
-            self.batcher = streaming_lib.BatchMasker(cfg, 0, None)
-
-    def process(self, element):
-        group, items = element
-        docs = sorted(items, key=lambda item: item[0])  # arrival order is the runner's
-        cfg, maker, batcher = self.cfg, self.maker, self.batcher
-        stats = Stats()
-        maker.stats = stats
-        records = []
-        for index, (key, doc) in enumerate(docs):
-            seed = hash64("doc", cfg.random_seed, key)
-            maker.rng = random.Random(seed)
-            others = _Others(docs, index)
-            pairs = [p for _ in range(cfg.dupe_factor) for p in maker.pairs(doc, others)]
-            if batcher is not None:
-                batcher.stats = stats
-                batcher.gen = batcher.np.random.Generator(batcher.np.random.PCG64(seed))
-                records += batcher.encode(pairs)
-            else:
-                records += [maker.record(*p) for p in pairs]
-            stats.documents += 1
-            stats.sentences += len(doc)
-        random.Random(hash64("shuffle", cfg.random_seed, group, docs[0][0])).shuffle(records)
-        yield from records
+    def process(self, task):
+        chunks = []
+        stats = streaming_lib.run_shard(task, self.cfg, self.tokenizer, chunks.append)
+        for message in chunks:
+            if message[3]:  # ("records", shard, framed bytes, count, docs, bytes)
+                yield message[2]
         yield beam.pvalue.TaggedOutput(STATS_TAG, stats.to_dict())
+
+
+class _FramedSink(filebasedsink.FileBasedSink):
+    """Writes elements that are already TFRecord frames (WriteToTFRecord frames each one)."""
+
+    def __init__(self, prefix, num_shards):
+        super().__init__(prefix, coder=coders.BytesCoder(), file_name_suffix="",
+                         num_shards=num_shards, shard_name_template=None,
+                         mime_type="application/octet-stream",
+                         compression_type=CompressionTypes.UNCOMPRESSED)
+
+    def write_encoded_record(self, file_handle, value):
+        file_handle.write(value)
 
 
 class SumStats(beam.CombineFn):
@@ -183,37 +108,25 @@ def _write_json(data, path):
         f.write(json.dumps(data).encode())
 
 
-def build(pipeline, cfg, pieces, output_prefix, num_shards, group_size, stats_path):
+def build(pipeline, cfg, tasks, output_prefix, num_shards, stats_path):
     """Add the pipeline's transforms; the stats counters end up as JSON in `stats_path`."""
-    docs = (pipeline
-            | "Pieces" >> beam.Create(pieces)
+    made = (pipeline
+            | "Pieces" >> beam.Create(tasks)
             | "SpreadPieces" >> beam.Reshuffle()
-            | "ReadDocuments" >> beam.ParDo(ReadDocuments())
-            | "TokenizeDocuments" >> beam.ParDo(TokenizeDocuments(cfg)))
-    count = docs | "CountDocuments" >> beam.combiners.Count.Globally()
-    made = (docs
-            | "AssignGroup" >> beam.Map(assign_group, cfg.random_seed, group_size,
-                                        beam.pvalue.AsSingleton(count))
-            | "GroupForNSP" >> beam.GroupByKey()
-            | "MakeInstances" >> beam.ParDo(MakeInstances(cfg)).with_outputs(STATS_TAG, main="records"))
-    _ = made.records | "Write" >> beam.io.WriteToTFRecord(output_prefix, num_shards=num_shards)
+            | "MakeRecords" >> beam.ParDo(MakeRecords(cfg)).with_outputs(STATS_TAG, main="records"))
+    _ = made.records | "Write" >> beam.io.Write(_FramedSink(output_prefix, num_shards))
     _ = (made[STATS_TAG]
          | "SumStats" >> beam.CombineGlobally(SumStats())
          | "WriteStats" >> beam.Map(_write_json, stats_path))
 
 
 def _check_crc32c():
-    """WriteToTFRecord needs a CRC-32C implementation and only fails when it writes."""
-    from apache_beam.io import tfrecordio
-    try:
-        tfrecordio._default_crc32c_fn(b"")
-    except RuntimeError:
-        raise BertError("--runner: WriteToTFRecord needs google-crc32c "
-                        "(pip install -c constraints.txt google-crc32c)") from None
+    """Framing needs google-crc32c; fail before the pipeline starts, not in a worker."""
+    from bert_tf.pretraining_data.writer import masked_crc
+    masked_crc(b"")
 
 
-def run(cfg, input_files, output_prefix, num_shards, group_size, stats_path, runner, beam_args,
-        split_bytes=None):
+def run(cfg, input_files, output_prefix, num_shards, stats_path, runner, beam_args):
     """Build and run the pipeline (blocking); returns the Stats of what was written."""
     from apache_beam.options.pipeline_options import PipelineOptions
     _check_crc32c()
@@ -222,8 +135,7 @@ def run(cfg, input_files, output_prefix, num_shards, group_size, stats_path, run
         args.append("--default_sdk_harness_log_level=WARNING")  # workers' INFO lines drown the output
     options = PipelineOptions(args + [f"--runner={runner}"])
     pipeline = beam.Pipeline(options=options)
-    build(pipeline, cfg, plan_pieces(input_files, split_bytes), output_prefix, num_shards,
-          group_size, stats_path)
+    build(pipeline, cfg, plan_pieces(input_files), output_prefix, num_shards, stats_path)
     result = pipeline.run()
     result.wait_until_finish()
     with FileSystems.open(stats_path) as f:
@@ -231,14 +143,14 @@ def run(cfg, input_files, output_prefix, num_shards, group_size, stats_path, run
 
 
 def written_files(output_prefix, since=0.0):
-    """The shards WriteToTFRecord wrote for `output_prefix` (its default name template) at or
+    """The shards the pipeline wrote for `output_prefix` (its default name template) at or
     after time `since` (older shards of another shard count may share the prefix)."""
     matches = FileSystems.match([output_prefix + "-?????-of-?????"])[0].metadata_list
     return sorted(m.path for m in matches if m.last_updated_in_seconds >= since - 2)
 
 
 def remove_temp_dirs(output_prefix):
-    """Delete the temp folders a failed WriteToTFRecord leaves beside the output (driver side)."""
+    """Delete the temp folders a failed Write leaves beside the output (driver side)."""
     import tensorflow as tf
     directory, base = posixpath.split(output_prefix)
     try:

@@ -4,8 +4,8 @@ Input format (the original's): one sentence per line, a blank line (empty after 
 between documents. Files are UTF-8; an invalid byte sequence is an error naming the file and
 line (`BertError`), never silently dropped. Files ending in `.gz` are decompressed.
 
-Local paths are read with Python's `open` (no TensorFlow needed, so streaming workers stay
-light); other schemes (gs://, ...) go through `tf.io.gfile`.
+Local paths are read and listed with Python's own calls (no TensorFlow import, so start-up and
+workers stay light); other schemes (gs://, ...) go through `tf.io.gfile`.
 """
 import gzip
 import re
@@ -26,23 +26,42 @@ def is_gzip(path):
 def expand_input_patterns(input_file):
     """Comma-separated globs -> files, each glob in `tf.io.gfile.glob` order (as the original).
 
-    Unlike the original, a glob matching nothing is an error (it is nearly always a typo).
+    A local glob with wildcards in its last component only is expanded without TensorFlow,
+    in the order tf.io.gfile.glob gives (directory order; `*` also matches dot files;
+    folders dropped). Unlike the original, a glob matching nothing is an error (it is nearly
+    always a typo).
     """
-    import tensorflow as tf
     patterns = [p.strip() for p in (input_file or "").split(",") if p.strip()]
     if not patterns:
         raise BertError("--input_file: no input given")
     files = []
     for pattern in patterns:
-        try:
-            matched = tf.io.gfile.glob(pattern)
-        except tf.errors.OpError as e:
-            raise BertError(f"--input_file: cannot list {pattern!r}: {e.message}") from None
-        matched = [m for m in matched if not tf.io.gfile.isdir(m)]
+        matched = _glob_local(pattern) if _simple_local(pattern) else _glob_remote(pattern)
         if not matched:
             raise BertError(f"--input_file: {pattern!r} matches no files")
         files.extend(matched)
     return files
+
+
+def _simple_local(pattern):
+    import glob
+    import os
+    return is_local(pattern) and not glob.has_magic(os.path.dirname(pattern))
+
+
+def _glob_local(pattern):
+    import glob
+    import os
+    return [m for m in glob.glob(pattern, include_hidden=True) if not os.path.isdir(m)]
+
+
+def _glob_remote(pattern):
+    import tensorflow as tf
+    try:
+        matched = tf.io.gfile.glob(pattern)
+    except tf.errors.OpError as e:
+        raise BertError(f"--input_file: cannot list {pattern!r}: {e.message}") from None
+    return [m for m in matched if not tf.io.gfile.isdir(m)]
 
 
 def file_size(path):

@@ -77,3 +77,152 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
             masked.append(MaskedLm(index, tokens[index]))
     masked.sort(key=lambda m: m.index)
     return output_tokens, [m.index for m in masked], [m.label for m in masked]
+
+
+class BatchMasker:
+    """Masked-LM selection for many instances at once (numpy): streaming and Beam modes.
+
+    The original's algorithm in distribution, for all three variants: candidates (real tokens,
+    grouped into words with `##` pieces when `whole_word`) are visited in a uniformly random
+    order; a group is taken if it still fits into k = num_to_predict(n) (else skipped) until
+    k are taken. Each taken token becomes [MASK] (80 %), stays (10 %) or becomes a uniformly
+    drawn vocab entry (10 %), decided per token or, with `per_word`, once per word. Draws come
+    from a numpy PCG64 seeded by the caller, so the output is deterministic.
+
+    Args:
+        vocab: token -> id.
+        max_seq_length, max_predictions_per_seq, masked_lm_prob: the flags of that name.
+        whole_word: group `##` pieces with their word (`--do_whole_word_mask`).
+        per_word: one 80/10/10 decision per word (`--whole_word_mask_per_word`, implies
+            whole_word).
+    """
+
+    def __init__(self, vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob,
+                 whole_word=False, per_word=False):
+        import numpy as np
+        self.np = np
+        self.seq, self.preds, self.prob = max_seq_length, max_predictions_per_seq, masked_lm_prob
+        self.whole_word, self.per_word = whole_word or per_word, per_word
+        self.cls, self.sep, self.mask_id = vocab[CLS], vocab[SEP], vocab[MASK]
+        self.random_ids = np.array(list(vocab.values()), dtype=np.int64)  # uniform over lines
+        self.is_continuation = np.zeros(max(vocab.values()) + 1, bool)
+        for token, i in vocab.items():
+            if token.startswith("##"):
+                self.is_continuation[i] = True
+
+    def mask(self, pairs, gen, stats):
+        """[(tokens_a ids, tokens_b ids, is_random_next)] -> padded arrays for BatchEncoder:
+        (ids, n, num_segment_a, positions, labels, m, is_random_next); counts into `stats`."""
+        np, seq, preds = self.np, self.seq, self.preds
+        rows = len(pairs)
+        flat, lengths, nsp = [], [], []
+        cls, sep = self.cls, self.sep
+        for a, b, r in pairs:
+            flat.append(cls)
+            flat += a
+            flat.append(sep)
+            flat += b
+            flat.append(sep)
+            lengths.append(len(a))
+            lengths.append(len(b))
+            nsp.append(r)
+        lengths = np.array(lengths, np.int64).reshape(rows, 2)
+        la, lb, nsp = lengths[:, 0], lengths[:, 1], np.array(nsp, bool)
+        n = la + lb + 3
+        col = np.arange(seq)[None, :]
+        la_c, n_c = la[:, None], n[:, None]
+        ids = np.zeros((rows, seq), np.int64)
+        ids[col < n_c] = np.fromiter(flat, np.int64, len(flat))  # row-major: rows back to back
+
+        k = np.minimum(preds, np.maximum(1, np.round(n * self.prob).astype(np.int64)))
+        rows_c = np.arange(rows)[:, None]
+        if self.whole_word:
+            pos, word = self._whole_words(ids, la_c, n_c, k, gen)
+        else:
+            pos, word = self._tokens(la_c, n, k, gen), None
+        valid = pos < seq
+        pos = np.where(valid, pos, 0)
+        labels = np.where(valid, ids[rows_c, pos], 0)
+        if self.per_word:  # one draw per word slot
+            u = gen.random((rows, seq))[rows_c, np.minimum(word, seq - 1)]
+            u = np.take_along_axis(u, pos, axis=1)
+        else:
+            u = gen.random((rows, preds))
+        replacement = self.random_ids[gen.integers(0, len(self.random_ids), (rows, preds))]
+        as_mask = valid & (u < 0.8)
+        as_random = valid & (u >= 0.9)
+        new = np.where(as_mask, self.mask_id, np.where(as_random, replacement, labels))
+        r, c = np.nonzero(valid)
+        ids[r, pos[r, c]] = new[r, c]
+
+        m = valid.sum(axis=1)
+        total_m, total_n = int(m.sum()), int(n.sum())
+        n_mask = int(as_mask.sum())
+        n_random = int((as_random & (replacement != labels)).sum())
+        n_next = int(nsp.sum())
+        stats.instances += rows
+        stats.tokens += total_n
+        stats.candidates += total_n - 3 * rows
+        stats.masked += total_m
+        stats.masked_as_mask += n_mask
+        stats.masked_random += n_random
+        stats.masked_kept += total_m - n_mask - n_random
+        stats.nsp_random_next += n_next
+        stats.nsp_actual_next += rows - n_next
+        return ids, n, la + 2, pos, labels, m, nsp
+
+    def _tokens(self, la_c, n, k, gen):
+        """Sorted positions (padded with seq) of k tokens drawn uniformly from the candidates."""
+        np, seq = self.np, self.seq
+        rows = len(n)
+        k = np.minimum(k, n - 3)  # n - 3 candidates: a, then b
+        col = np.arange(seq)[None, :]
+        keys = gen.random((rows, seq))
+        keys[col >= (n - 3)[:, None]] = 2.0  # candidate slots first, in random order
+        width = int(k.max())
+        if width < seq:  # the `width` smallest keys, then their order
+            part = np.argpartition(keys, width - 1, axis=1)[:, :width]
+            slots = np.take_along_axis(
+                part, np.argsort(np.take_along_axis(keys, part, axis=1), axis=1), axis=1)
+        else:
+            slots = np.argsort(keys, axis=1)
+        pos = slots + 1 + (slots >= la_c)  # slot -> position: skip [CLS] and the middle [SEP]
+        pos = np.where(np.arange(slots.shape[1])[None, :] < k[:, None], pos, seq)
+        pos.sort(axis=1)
+        out = np.full((rows, self.preds), seq, np.int64)
+        take = min(self.preds, pos.shape[1])
+        out[:, :take] = pos[:, :take]
+        return out
+
+    def _whole_words(self, ids, la_c, n_c, k, gen):
+        """Sorted positions (padded with seq) of whole words, taken greedily in random order
+        while they fit into k; and each token's word slot."""
+        np, seq = self.np, self.seq
+        rows = len(ids)
+        col = np.arange(seq)[None, :]
+        rows_c = np.arange(rows)[:, None]
+        candidate = ((col >= 1) & (col <= la_c)) | ((col >= la_c + 2) & (col <= n_c - 2))
+        # A ## piece joins the previous candidate's word (across [SEP] too, as the original).
+        start = candidate & ((col == 1) | ~self.is_continuation[ids])
+        word = np.where(candidate, np.cumsum(start, axis=1) - 1, seq)
+        length = np.bincount((word + rows_c * (seq + 1)).ravel(), minlength=rows * (seq + 1))
+        length = length.reshape(rows, seq + 1)[:, :seq]
+        keys = np.where(length > 0, gen.random((rows, seq)), 2.0)
+        order = np.argsort(keys, axis=1)
+        visit_len = np.take_along_axis(length, order, axis=1)
+        taken_sorted = np.zeros((rows, seq), bool)
+        count = np.zeros(rows, np.int64)
+        for j in range(seq):  # greedy in random order: take a word if it still fits
+            if (count >= k).all():
+                break
+            lj = visit_len[:, j]
+            take = (lj > 0) & (count + lj <= k)
+            taken_sorted[:, j] = take
+            count += np.where(take, lj, 0)
+        taken = np.zeros((rows, seq + 1), bool)
+        np.put_along_axis(taken, order, taken_sorted, axis=1)
+        chosen = taken[rows_c, word] & candidate
+        pos = np.sort(np.where(chosen, col, seq), axis=1)[:, :self.preds]
+        if pos.shape[1] < self.preds:
+            pos = np.concatenate([pos, np.full((rows, self.preds - seq), seq)], axis=1)
+        return pos, word

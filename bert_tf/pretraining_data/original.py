@@ -4,13 +4,16 @@ One `random.Random(random_seed)` drives everything, in this order: shuffle of th
 then per pass and document the short-target draw, split points, random-next choices, truncation
 sides and masking; finally one shuffle of all instances. Same input, vocab, flags and seed ->
 the same records in the same order as the original `create_pretraining_data.py`.
-Records are serialised deterministically (sorted proto map keys), so files are byte-stable.
+Records are serialised deterministically (sorted proto map keys, `schema.encode_example`: the
+bytes of `SerializeToString(deterministic=True)` without TensorFlow), so files are byte-stable.
 """
 import dataclasses
+import sys
+import time
 
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import masking
-from bert_tf.pretraining_data.schema import pad_features, serialize_example
+from bert_tf.pretraining_data.schema import encode_example, pad_features
 from bert_tf.tokenization import CLS, MASK, SEP
 
 
@@ -95,6 +98,8 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
                         random_index = rng.randint(0, len(all_documents) - 1)
                         if random_index != document_index:
                             break
+                    if random_index == document_index and stats is not None:
+                        stats.nsp_same_document += 1  # 10 misses (or a single document)
                     random_document = all_documents[random_index]
                     start = rng.randint(0, len(random_document) - 1)
                     for j in range(start, len(random_document)):
@@ -163,4 +168,27 @@ def write_instances(instances, tokenizer, max_seq_length, max_predictions_per_se
     """Round-robin over `writers` (objects with .write(bytes)), as the original."""
     for k, instance in enumerate(instances):
         features = instance_features(instance, tokenizer, max_seq_length, max_predictions_per_seq)
-        writers[k % len(writers)].write(serialize_example(features))
+        writers[k % len(writers)].write(encode_example(features))
+
+
+class DocProgress:
+    """tqdm over documents x passes with instances/s; silent when stderr is not a terminal."""
+
+    def __init__(self, total, enabled):
+        self.start = time.time()
+        self.bar = None
+        if enabled is False or (enabled is None and not sys.stderr.isatty()):
+            return
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, unit="doc", desc="original", file=sys.stderr, mininterval=1.0)
+
+    def update(self, docs, instances):
+        if self.bar is None:
+            return
+        self.bar.update(docs)
+        elapsed = max(time.time() - self.start, 1e-9)
+        self.bar.set_postfix_str(f"{instances / elapsed:.0f} inst/s", refresh=False)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()

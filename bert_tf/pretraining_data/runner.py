@@ -133,8 +133,7 @@ def output_paths(opts):
 
 def _resolve_vocab(opts, input_files, stats_path):
     """Path of the vocab to use (learning one if asked) and whether this run created it."""
-    import tensorflow as tf
-    if opts.vocab_file and tf.io.gfile.exists(opts.vocab_file):
+    if opts.vocab_file and writer_lib.exists(opts.vocab_file):
         return opts.vocab_file, False
     if not opts.learn_vocab_size:
         if opts.vocab_file:
@@ -170,8 +169,10 @@ def _check_bert_config(opts, vocab_size):
 
 
 def run(opts):
-    """Create the pre-training TFRecords; returns the stats dict (also written as JSON)."""
-    import tensorflow as tf  # noqa: F401  (imported before the clock starts: ~3 s)
+    """Create the pre-training TFRecords; returns the stats dict (also written as JSON).
+
+    Local inputs and outputs need no TensorFlow import (gs:// paths and --tfds_dataset do).
+    """
     start = time.time()
     validate(opts)
     paths, stats_path = output_paths(opts)
@@ -216,7 +217,7 @@ def _run_original(opts, input_files, paths, stats_path, vocab_path, start):
     if not all_documents:
         raise BertError(f"--input_file: no text found in {opts.input_file or opts.tfds_dataset!r}")
     rng = random.Random(opts.random_seed)
-    progress = _DocProgress(len(all_documents) * opts.dupe_factor, opts.progress)
+    progress = original_lib.DocProgress(len(all_documents) * opts.dupe_factor, opts.progress)
     try:
         instances = original_lib.create_training_instances(
             all_documents, tokenizer, opts.max_seq_length, opts.dupe_factor, opts.short_seq_prob,
@@ -238,22 +239,6 @@ def _run_original(opts, input_files, paths, stats_path, vocab_path, start):
                    {"vocab_file": vocab_path,
                     "config": _fingerprint(opts, input_files, vocab_path, len(paths)),
                     "peak_rss_mb": {"writer": round(streaming_lib.peak_rss_mb(), 1), "workers": None}})
-
-
-class _DocProgress:
-    def __init__(self, total, enabled):
-        from tqdm import tqdm
-        self.start = time.time()
-        self.bar = tqdm(total=total, unit="doc", desc="original", file=sys.stderr, mininterval=1.0,
-                        disable=enabled is False or (enabled is None and not sys.stderr.isatty()))
-
-    def update(self, docs, instances):
-        self.bar.update(docs)
-        elapsed = max(time.time() - self.start, 1e-9)
-        self.bar.set_postfix_str(f"{instances / elapsed:.0f} inst/s", refresh=False)
-
-    def close(self):
-        self.bar.close()
 
 
 def _fingerprint(opts, input_files, vocab_path, num_shards):
@@ -311,8 +296,8 @@ def _run_beam(opts, input_files, paths, stats_path, vocab_path, start):
     prefix = opts.output_file.strip(" ,")
     partial = writer_lib.tmp_name(stats_path) + ".beam"
     try:
-        total = beam_lib.run(cfg, input_files, prefix, opts.output_shards, opts.nsp_reservoir_size,
-                             partial, runner, opts.beam_args)
+        total = beam_lib.run(cfg, input_files, prefix, opts.output_shards, partial, runner,
+                             opts.beam_args)
         written = paths or beam_lib.written_files(prefix, since=start)
         if total.instances == 0:
             for p in written:
@@ -378,9 +363,8 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
             f = open_files.get(shard)
             if f is None:
                 f = open_files[shard] = writer_lib.RecordFile(paths[shard])
-            for record in message[2]:
-                f.write(record)
-            progress.update(message[3], len(message[2]), message[4])
+            f.write_framed(message[2], message[3])
+            progress.update(message[4], message[3], message[5])
         elif kind == "done":
             if message[3]:
                 worker_rss.append(message[3])

@@ -14,6 +14,8 @@ COUNTERS = (
     "nsp_random_next",      # next_sentence_labels == 1
     "nsp_actual_next",      # next_sentence_labels == 0
     "nsp_forced_random_next",  # ... of the random-next ones: chunk of one sentence, no coin drawn
+    "nsp_same_document",    # ... of the random-next ones: B drawn from A's own document (a
+                            #     mislabelled pair; only a single-document corpus needs one)
     "truncated_instances",  # pairs that had to be truncated to fit max_seq_length
     "truncated_tokens",     # tokens removed by that truncation
 )
@@ -65,6 +67,7 @@ class Stats:
         # The NSP coin alone (the original forces random-next for one-sentence chunks).
         d["nsp_coin_random_next_fraction"] = _ratio(self.nsp_random_next - self.nsp_forced_random_next,
                                                     self.instances - self.nsp_forced_random_next)
+        d["nsp_same_document_fraction"] = _ratio(self.nsp_same_document, self.nsp_random_next)
         d["truncated_fraction"] = _ratio(self.truncated_instances, self.instances)
         return d
 

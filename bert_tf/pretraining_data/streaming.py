@@ -7,35 +7,34 @@ Design
   own `random.Random` seeded from (random_seed, s). So a shard's bytes depend on the input, the
   flags and the number of shards, never on `--num_workers` or on what other shards did: a killed
   run resumed with `--resume` (finished shards skipped) gives the same files as an uninterrupted one.
-- Per document: `dupe_factor` passes of the original's chunking/NSP/truncation/masking logic
-  (same probabilities), but a random-next segment comes from a reservoir sample of at most
-  `nsp_reservoir_size` earlier documents of the shard, not from the whole corpus; instances
-  go through a shuffle buffer of `shuffle_buffer_size` records. Memory is bounded by those two
-  buffers and the tokenizer cache, whatever the corpus size.
-- Workers are plain Python processes (no TensorFlow): they tokenize with a per-word cache,
-  work on ids, encode records with `schema.RecordEncoder` and send them to the parent, which
-  writes `<shard>.tmp-<pid>` with tf.io.TFRecordWriter and renames it when the shard is done.
-- Masking: candidates sampled uniformly (rng.sample, same distribution as the original's
-  shuffle-then-take); 80/10/10 decided with one draw per token, or once per word with
-  `whole_word_mask_per_word`. The original's per-token whole-word masking stays available
-  under `do_whole_word_mask`.
+- Per document: `dupe_factor` passes of the original's chunking/NSP/truncation logic (same
+  probabilities; `instances.InstanceMaker`), but a random-next segment comes from a reservoir
+  sample of at most `nsp_reservoir_size` earlier documents of the shard, not from the whole
+  corpus. The first document of a shard has no earlier one: it draws from the shard's second
+  document (look-ahead), or, in a one-document shard, from the first document of the next
+  shard; only a single-document corpus draws from itself (counted as `nsp_same_document`).
+  Instances go through a shuffle buffer of `shuffle_buffer_size` records. Memory is bounded by
+  those two buffers and the tokenizer cache, whatever the corpus size.
+- Workers are plain Python processes (no TensorFlow; forked when the parent has not loaded
+  it): they tokenize with `IdTokenizer` (per-word cache), mask and encode batches of pairs
+  with numpy (`instances.RecordMaker`), frame them as TFRecords and send the bytes to the
+  parent, which appends them to `<shard>.tmp-<pid>` and renames it when the shard is done.
 """
 import dataclasses
 import hashlib
-import itertools
 import queue as queue_lib
 import random
-import re
 import sys
 import time
 import traceback
 
 from bert_tf import BertError
 from bert_tf.pretraining_data import documents as docs_lib
-from bert_tf.pretraining_data.masking import num_to_predict
-from bert_tf.pretraining_data.schema import RecordEncoder
+from bert_tf.pretraining_data.instances import (InstanceMaker, RecordMaker, num_sentences,
+                                                 numpy_generator, pack_document)
 from bert_tf.pretraining_data.stats import Stats
-from bert_tf.tokenization import CLS, MASK, SEP, BasicTokenizer, WordpieceTokenizer
+from bert_tf.pretraining_data.writer import frame
+from bert_tf.tokenization import IdTokenizer
 
 RECORD_BATCH = 1000  # records per message from a worker to the writer
 
@@ -63,6 +62,7 @@ class ShardTask:
     index: int
     pieces: list  # ("range", path, lo, hi) | ("file", path, size) | ("tfds", name, split, dir, key)
     size: int = 0  # bytes, for progress (0 when unknown)
+    fallback: list = dataclasses.field(default_factory=list)  # other shards' pieces, next first
 
 
 def shard_seed(random_seed, shard_index):
@@ -91,6 +91,8 @@ def plan_file_shards(input_files, num_shards):
                 if lo < hi:
                     tasks[s].pieces.append(("range", path, lo - base, hi - base))
         base += size
+    for s in range(num_shards):  # a one-document shard draws random-next from the next shard
+        tasks[s].fallback = [p for t in tasks[s + 1:] + tasks[:s] for p in t.pieces]
     return tasks
 
 
@@ -120,350 +122,39 @@ def _iter_task_documents(task):
                 yield doc, 0
 
 
-# ---- tokenization --------------------------------------------------------------------------
+# ---- one shard ---------------------------------------------------------------------------
 
-# Characters that Python's str.split() treats as whitespace but the original tokenizer deletes
-# (so they join their neighbours): a sentence containing one takes the uncached path.
-_SPLIT_MISMATCH = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
-_ASCII_CONTROL = {c: None for c in list(range(32)) + [127]}
-_ASCII_PUNCT_SPLIT = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
+BATCH_PAIRS = 512  # pairs masked and encoded together
 
 
-class IdTokenizer:
-    """FullTokenizer's output as ids, cached per whitespace-separated word.
-
-    FullTokenizer works word by word after whitespace splitting, so tokenize(text) equals the
-    concatenation over text.split() of tokenize(word), except for _SPLIT_MISMATCH characters.
-    """
-
-    def __init__(self, vocab, do_lower_case=True, cache_size=1 << 18):
-        self.vocab = vocab
-        self.basic = BasicTokenizer(do_lower_case=do_lower_case)
-        self.wordpiece = WordpieceTokenizer(vocab=vocab)
-        self.cache_size = cache_size
-        self.cache = {}
-
-    def _slow(self, text):
-        vocab, wp = self.vocab, self.wordpiece
-        return [vocab[p] for t in self.basic.tokenize(text) for p in wp.tokenize(t)]
-
-    def _word(self, word):
-        """Ids of one whitespace-free word; ASCII words skip the per-character Unicode checks."""
-        if not word.isascii():
-            return self._slow(word)
-        # ASCII: cleaning only deletes control characters; no CJK; NFD/accent stripping is a
-        # no-op; every ASCII punctuation/symbol is a split point.
-        word = word.translate(_ASCII_CONTROL)
-        if self.basic.do_lower_case:
-            word = word.lower()
-        vocab, wp = self.vocab, self.wordpiece
-        return [vocab[p] for piece in _ASCII_PUNCT_SPLIT.findall(word) for p in wp.tokenize(piece)]
-
-    def encode(self, text):
-        if _SPLIT_MISMATCH.search(text):
-            return self._slow(text)
-        words = text.split()
-        cache = self.cache
-        try:
-            return list(itertools.chain.from_iterable(map(cache.__getitem__, words)))
-        except KeyError:
-            if len(cache) >= self.cache_size:  # bounded memory: start over
-                cache.clear()
-                getattr(self.wordpiece, "_cache", {}).clear()
-            for w in words:
-                if w not in cache:
-                    cache[w] = tuple(self._word(w))
-            return list(itertools.chain.from_iterable(map(cache.__getitem__, words)))
+def _tokenized(pieces, tokenizer):
+    """(packed token-id document, or None without tokens; bytes) per document of `pieces`."""
+    for sentences, nbytes in _iter_task_documents(ShardTask(-1, pieces)):
+        ids = [x for x in map(tokenizer.encode, sentences) if x]
+        yield (pack_document(ids) if ids else None), nbytes
 
 
-# ---- instances -----------------------------------------------------------------------------
-
-class InstanceMaker:
-    """The original's per-document algorithm on ids, with a reservoir for random-next."""
-
-    def __init__(self, cfg, rng, stats):
-        vocab = cfg.vocab
-        self.cfg, self.rng, self.stats = cfg, rng, stats
-        self.cls, self.sep, self.mask = vocab[CLS], vocab[SEP], vocab[MASK]
-        self.random_ids = list(vocab.values())  # uniform over vocab lines, like the original
-        self.is_continuation = bytearray(max(vocab.values()) + 1)
-        for token, i in vocab.items():
-            if token.startswith("##"):
-                self.is_continuation[i] = 1
-        self.whole_word = cfg.do_whole_word_mask or cfg.whole_word_mask_per_word
-        self.encoder = RecordEncoder(cfg.max_seq_length, cfg.max_predictions_per_seq)
-
-    def pairs(self, doc, reservoir):
-        """(tokens_a, tokens_b, is_random_next) of one pass over `doc`, truncated to fit."""
-        rng, cfg = self.rng, self.cfg
-        max_num_tokens = cfg.max_seq_length - 3
-        target = max_num_tokens
-        if rng.random() < cfg.short_seq_prob:
-            target = rng.randint(2, max_num_tokens)
-        out = []
-        rand = rng.random
-        chain = itertools.chain.from_iterable
-        chunk, length, i, n_doc = [], 0, 0, len(doc)
-        while i < n_doc:
-            segment = doc[i]
-            chunk.append(segment)
-            length += len(segment)
-            if i == n_doc - 1 or length >= target:
-                a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
-                a = list(chain(chunk[:a_end]))
-                if len(chunk) == 1 or rng.random() < 0.5:
-                    is_random_next = True
-                    if len(chunk) == 1:
-                        self.stats.nsp_forced_random_next += 1
-                    target_b = target - len(a)
-                    other = reservoir[int(rand() * len(reservoir))] if reservoir else doc
-                    b = []
-                    for j in range(int(rand() * len(other)), len(other)):
-                        b.extend(other[j])
-                        if len(b) >= target_b:
-                            break
-                    i -= len(chunk) - a_end
-                else:
-                    is_random_next = False
-                    b = list(chain(chunk[a_end:]))
-                if len(a) + len(b) > max_num_tokens:
-                    a, b = self._truncate(a, b, max_num_tokens)
-                out.append((a, b, is_random_next))
-                chunk, length = [], 0
-            i += 1
-        return out
-
-    def _truncate(self, a, b, max_num_tokens):
-        """The original's truncation in distribution, with two draws instead of one per token.
-
-        Which side loses each token depends only on the lengths (the longer one; b on ties),
-        so the counts per side are arithmetic; front-vs-back is a fair coin per token, so the
-        number cut from the front is Binomial(count, 1/2) = popcount of `count` random bits.
-        """
-        la, lb = len(a), len(b)
-        excess = la + lb - max_num_tokens
-        if la > lb:
-            first_a, first_b = min(excess, la - lb), 0
-        else:
-            first_a, first_b = 0, min(excess, lb - la)
-        rest = excess - first_a - first_b  # then alternating, starting with b (tie -> b)
-        cut_a = first_a + rest // 2
-        cut_b = first_b + rest - rest // 2
-        getrandbits = self.rng.getrandbits
-        front_a = bin(getrandbits(cut_a)).count("1") if cut_a else 0
-        front_b = bin(getrandbits(cut_b)).count("1") if cut_b else 0
-        stats = self.stats
-        stats.truncated_instances += 1
-        stats.truncated_tokens += excess
-        return a[front_a:la - (cut_a - front_a)], b[front_b:lb - (cut_b - front_b)]
-
-    def record(self, a, b, is_random_next):
-        """Mask one pair and encode it (the per-instance path, used for whole-word masking)."""
-        rng, cfg, stats = self.rng, self.cfg, self.stats
-        la, lb = len(a), len(b)
-        n = la + lb + 3
-        ids = [self.cls]
-        ids += a
-        ids.append(self.sep)
-        ids += b
-        ids.append(self.sep)
-        k = num_to_predict(n, cfg.masked_lm_prob, cfg.max_predictions_per_seq)
-        rand = rng.random
-
-        if not self.whole_word:
-            # k uniform candidates by a partial Fisher-Yates shuffle (the original's
-            # shuffle-then-take-first-k has the same distribution, with far more draws).
-            candidates = list(range(1, la + 1))
-            candidates += range(la + 2, n - 1)
-            n_cand = len(candidates)
-            if k > n_cand:
-                k = n_cand
-            for j in range(k):
-                r = j + int(rand() * (n_cand - j))
-                candidates[j], candidates[r] = candidates[r], candidates[j]
-            positions = candidates[:k]
-            positions.sort()
-            groups = [[p] for p in positions] if cfg.whole_word_mask_per_word else None
-        else:
-            is_cont = self.is_continuation
-            words = []
-            for p in itertools.chain(range(1, la + 1), range(la + 2, n - 1)):
-                if words and is_cont[ids[p]]:
-                    words[-1].append(p)
-                else:
-                    words.append([p])
-            rng.shuffle(words)
-            groups, count = [], 0
-            for w in words:
-                if count >= k:
-                    break
-                if count + len(w) <= k:
-                    groups.append(w)
-                    count += len(w)
-            positions = sorted(p for w in groups for p in w)
-
-        labels = [ids[p] for p in positions]
-        mask_id, random_ids = self.mask, self.random_ids
-        n_vocab = len(random_ids)
-        n_mask = n_rand = 0
-        if not cfg.whole_word_mask_per_word:
-            for p in positions:  # 80/10/10 per token, one draw
-                r = rand()
-                if r < 0.8:
-                    ids[p] = mask_id
-                    n_mask += 1
-                elif r >= 0.9:
-                    new = random_ids[int(rand() * n_vocab)]
-                    n_rand += new != ids[p]
-                    ids[p] = new
-        else:
-            for w in groups:  # 80/10/10 once per word
-                r = rand()
-                if r < 0.8:
-                    for p in w:
-                        ids[p] = mask_id
-                    n_mask += len(w)
-                elif r >= 0.9:
-                    for p in w:
-                        new = random_ids[int(rand() * n_vocab)]
-                        n_rand += new != ids[p]
-                        ids[p] = new
-        stats.instances += 1
-        stats.tokens += n
-        stats.candidates += n - 3
-        stats.masked += len(positions)
-        stats.masked_as_mask += n_mask
-        stats.masked_random += n_rand
-        stats.masked_kept += len(positions) - n_mask - n_rand
-        if is_random_next:
-            stats.nsp_random_next += 1
-        else:
-            stats.nsp_actual_next += 1
-        return self.encoder.encode(ids, la + 2, positions, labels, is_random_next)
-
-
-def _varint_rows(matrix):
-    """Packed varints of each row of a non-negative int matrix -> (bytes, row starts, row ends)."""
-    import numpy as np
-    if matrix.size and matrix.max() >= 1 << 21:
-        raise ValueError("ids >= 2**21")
-    nbytes = 1 + (matrix >= 0x80) + (matrix >= 0x4000)
-    stacked = np.stack([(matrix & 0x7F) | ((matrix >= 0x80) << 7),
-                        ((matrix >> 7) & 0x7F) | ((matrix >= 0x4000) << 7),
-                        matrix >> 14], axis=-1).astype(np.uint8)
-    flat = stacked[np.arange(3) < nbytes[..., None]].tobytes()
-    ends = np.cumsum(nbytes.sum(axis=1))
-    starts = ends - nbytes.sum(axis=1)
-    return flat, starts.tolist(), ends.tolist()
-
-
-class BatchMasker:
-    """Masking and encoding of many pairs at once with numpy (non-whole-word masking).
-
-    Same distribution as the per-instance path: k = min(max_predictions, max(1, round(n * p)))
-    candidates chosen uniformly (argsort of random keys), each then [MASK] (80 %), kept (10 %)
-    or replaced by a uniformly drawn vocab entry (10 %). Draws come from a numpy PCG64 seeded
-    per shard, so the shard stays deterministic.
-    """
-
-    def __init__(self, cfg, seed, stats):
-        import numpy as np
-        self.np = np
-        self.cfg, self.stats = cfg, stats
-        self.gen = np.random.Generator(np.random.PCG64(seed))
-        vocab = cfg.vocab
-        self.cls, self.sep, self.mask = vocab[CLS], vocab[SEP], vocab[MASK]
-        self.random_ids = np.array(list(vocab.values()), dtype=np.int64)
-        self.encoder = RecordEncoder(cfg.max_seq_length, cfg.max_predictions_per_seq)
-
-    def encode(self, pairs):
-        np, cfg, stats, gen = self.np, self.cfg, self.stats, self.gen
-        seq, preds = cfg.max_seq_length, cfg.max_predictions_per_seq
-        count = len(pairs)
-        la = np.fromiter((len(a) for a, _, _ in pairs), np.int64, count)
-        lb = np.fromiter((len(b) for _, b, _ in pairs), np.int64, count)
-        n = la + lb + 3
-        flat = []
-        cls, sep = self.cls, self.sep
-        for a, b, _ in pairs:
-            flat.append(cls)
-            flat += a
-            flat.append(sep)
-            flat += b
-            flat.append(sep)
-        ids = np.zeros((count, seq), np.int64)
-        starts = np.cumsum(n) - n
-        ids[np.repeat(np.arange(count), n), np.arange(int(n.sum())) - np.repeat(starts, n)] = flat
-
-        col = np.arange(seq)[None, :]
-        la_c, n_c = la[:, None], n[:, None]
-        candidate = ((col >= 1) & (col <= la_c)) | ((col >= la_c + 2) & (col <= n_c - 2))
-        k = np.minimum(preds, np.maximum(1, np.round(n * cfg.masked_lm_prob).astype(np.int64)))
-        k = np.minimum(k, n - 3)
-        width = min(preds, seq)
-        keys = gen.random((count, seq))
-        keys[~candidate] = 2.0
-        order = np.argsort(keys, axis=1)[:, :width]
-        pos = np.full((count, preds), seq, np.int64)
-        pos[:, :width] = np.where(np.arange(width)[None, :] < k[:, None], order, seq)
-        pos.sort(axis=1)
-        chosen = pos < seq
-        pos[~chosen] = 0
-        rows = np.arange(count)[:, None]
-        labels = np.where(chosen, ids[rows, pos], 0)
-        u = gen.random((count, preds))
-        replacement = self.random_ids[gen.integers(0, len(self.random_ids), (count, preds))]
-        as_mask = chosen & (u < 0.8)
-        as_random = chosen & (u >= 0.9)
-        new = np.where(as_mask, self.mask, np.where(as_random, replacement, labels))
-        r, c = np.nonzero(chosen)
-        ids[r, pos[r, c]] = new[r, c]
-
-        m = chosen.sum(axis=1)
-        stats.instances += count
-        stats.tokens += int(n.sum())
-        stats.candidates += int(n.sum()) - 3 * count
-        stats.masked += int(m.sum())
-        stats.masked_as_mask += int(as_mask.sum())
-        n_random = int((as_random & (replacement != labels)).sum())
-        stats.masked_random += n_random
-        stats.masked_kept += int(m.sum()) - int(as_mask.sum()) - n_random
-        n_next = sum(1 for _, _, nsp in pairs if nsp)
-        stats.nsp_random_next += n_next
-        stats.nsp_actual_next += count - n_next
-
-        ids_flat, ids_s, ids_e = _varint_rows(ids)
-        lm_flat, lm_s, lm_e = _varint_rows(labels)
-        if seq <= 128:
-            pos_flat = pos.astype(np.uint8).tobytes()
-            pos_s = list(range(0, count * preds, preds))
-            pos_e = [x + preds for x in pos_s]
-        else:
-            pos_flat, pos_s, pos_e = _varint_rows(pos)
-        assemble = self.encoder.assemble
-        return [assemble(ids_flat[ids_s[i]:ids_e[i]], ni, lai + 2, lm_flat[lm_s[i]:lm_e[i]],
-                         pos_flat[pos_s[i]:pos_e[i]], mi, pairs[i][2])
-                for i, ni, lai, mi in zip(range(count), n.tolist(), la.tolist(), m.tolist())]
-
-
-BATCH_PAIRS = 512  # pairs masked together by BatchMasker
+def _first_document(pieces, tokenizer):
+    for doc, _ in _tokenized(pieces, tokenizer):
+        if doc is not None:
+            return doc
+    return None
 
 
 def run_shard(task, cfg, tokenizer, send):
-    """Make one shard; `send(message)` receives ("records", shard, [bytes], docs, bytes).
-
-    Returns the shard's Stats. Deterministic in (task, cfg).
-    """
+    """Make one shard; `send(message)` receives ("records", shard, framed bytes, records,
+    documents, input bytes). Returns the shard's Stats. Deterministic in (task, cfg)."""
     seed = shard_seed(cfg.random_seed, task.index)
     rng = random.Random(seed)
     rand = rng.random
+    gen = numpy_generator(seed)
     stats = Stats()
-    maker = InstanceMaker(cfg, rng, stats)
-    batcher = None if maker.whole_word or max(cfg.vocab.values()) >= 1 << 21 else \
-        BatchMasker(cfg, seed, stats)
-    reservoir, seen = [], 0
+    maker = InstanceMaker(cfg.max_seq_length, cfg.short_seq_prob, rng, stats)
+    recorder = RecordMaker(cfg)
+    reservoir, seen, capacity = [], 0, cfg.nsp_reservoir_size
     buffer, buffer_size = [], cfg.shuffle_buffer_size
     pending, out, docs_done, bytes_done = [], [], 0, 0
+    # Draw order: pairs use `rng` (Python), masking uses `gen` (numpy); both seeded per shard.
 
     def shuffle_in(records):
         for record in records:
@@ -476,39 +167,61 @@ def run_shard(task, cfg, tokenizer, send):
             else:
                 out.append(record)
 
-    for sentences, nbytes in _iter_task_documents(task):
+    def flush():
+        nonlocal out, docs_done, bytes_done
+        send(("records", task.index, frame(out), len(out), docs_done, bytes_done))
+        out, docs_done, bytes_done = [], 0, 0
+
+    def process(doc, partners):
+        nonlocal pending, seen, docs_done
+        stats.documents += 1
+        stats.sentences += num_sentences(doc)
+        docs_done += 1
+        for _ in range(cfg.dupe_factor):
+            pending += maker.pairs(doc, partners)
+        if len(pending) >= BATCH_PAIRS:
+            shuffle_in(recorder.records(pending, gen, stats))
+            pending = []
+        seen += 1
+        if len(reservoir) < capacity:
+            reservoir.append(doc)
+        else:
+            j = int(rand() * seen)
+            if j < capacity:
+                reservoir[j] = doc
+
+    docs = _tokenized(task.pieces, tokenizer)
+    for doc, nbytes in docs:
         bytes_done += nbytes
-        doc = [ids for ids in map(tokenizer.encode, sentences) if ids]
-        if doc:
-            stats.documents += 1
-            stats.sentences += len(doc)
-            docs_done += 1
-            for _ in range(cfg.dupe_factor):
-                pairs = maker.pairs(doc, reservoir)
-                if batcher is None:
-                    shuffle_in([maker.record(*p) for p in pairs])
-                else:
-                    pending += pairs
-            if len(pending) >= BATCH_PAIRS:
-                shuffle_in(batcher.encode(pending))
-                pending = []
-            seen += 1
-            if len(reservoir) < cfg.nsp_reservoir_size:
-                reservoir.append(doc)
-            else:
-                j = int(rand() * seen)
-                if j < cfg.nsp_reservoir_size:
-                    reservoir[j] = doc
+        if doc is None:
+            continue
+        if reservoir:
+            process(doc, reservoir)
+        else:  # the shard's first document: its partner is the next one (look-ahead)
+            nxt = None
+            for nxt, more in docs:
+                bytes_done += more
+                if nxt is not None:
+                    break
+            if nxt is not None:
+                process(doc, [nxt])
+                process(nxt, reservoir)
+            else:  # a one-document shard: the next shard's first document
+                other = _first_document(task.fallback, tokenizer)
+                process(doc, [other] if other is not None else [])
         if len(out) >= RECORD_BATCH:
-            send(("records", task.index, out, docs_done, bytes_done))
-            out, docs_done, bytes_done = [], 0, 0
-    if pending:
-        shuffle_in(batcher.encode(pending))
+            flush()
+    shuffle_in(recorder.records(pending, gen, stats))
     rng.shuffle(buffer)
     out.extend(buffer)
-    for start in range(0, max(len(out), 1), RECORD_BATCH):
-        send(("records", task.index, out[start:start + RECORD_BATCH], docs_done, bytes_done))
-        docs_done = bytes_done = 0
+    del buffer[:]
+    while True:
+        rest = out[RECORD_BATCH:]
+        del out[RECORD_BATCH:]
+        flush()
+        if not rest:
+            break
+        out = rest
     return stats
 
 
@@ -550,10 +263,17 @@ def _worker_main(cfg, task_queue, result_queue):
             return
 
 
+def start_method():
+    """fork starts a worker in milliseconds, but is unsafe once TensorFlow is loaded (gs:// or
+    tfds input, or a caller that imported it): then spawn. Workers never import TF (except for
+    --tfds_dataset shards)."""
+    return "spawn" if "tensorflow" in sys.modules or sys.platform != "linux" else "fork"
+
+
 def run_tasks(tasks, cfg, num_workers, on_message):
     """Run shard tasks, in this process (num_workers <= 1) or in worker processes.
 
-    `on_message` gets ("records", shard, [bytes], docs, bytes) and
+    `on_message` gets ("records", shard, framed bytes, records, docs, bytes) and
     ("done", shard, stats_dict, worker_peak_rss_mb or None), in order per shard. Raises BertError on the first failing shard (workers are stopped).
     """
     if not tasks:
@@ -571,9 +291,8 @@ def run_tasks(tasks, cfg, num_workers, on_message):
         return
 
     import multiprocessing
-    # spawn: the parent has TensorFlow loaded; forking it is not safe. Workers never import TF
-    # (except for --tfds_dataset shards).
-    ctx = multiprocessing.get_context("spawn")
+    import numpy  # noqa: F401  (loaded once here, shared by the forked workers)
+    ctx = multiprocessing.get_context(start_method())
     task_queue = ctx.Queue()
     result_queue = ctx.Queue(maxsize=8 * num_workers)  # back-pressure on the writer
     for task in tasks:
@@ -623,14 +342,18 @@ class Progress:
     """tqdm over input bytes with documents/s and instances/s; silent when not a terminal."""
 
     def __init__(self, total_bytes, enabled=None):
-        from tqdm import tqdm
         self.start = time.time()
         self.docs = self.instances = 0
+        self.bar = None
+        if enabled is False or (enabled is None and not sys.stderr.isatty()):
+            return  # tqdm's import costs ~0.1 s of start-up
+        from tqdm import tqdm
         self.bar = tqdm(total=total_bytes or None, unit="B", unit_scale=True, dynamic_ncols=True,
-                        desc="streaming", disable=enabled is False or (enabled is None and not sys.stderr.isatty()),
-                        file=sys.stderr, mininterval=1.0)
+                        desc="streaming", file=sys.stderr, mininterval=1.0)
 
     def update(self, docs, instances, nbytes):
+        if self.bar is None:
+            return
         self.docs += docs
         self.instances += instances
         elapsed = max(time.time() - self.start, 1e-9)
@@ -640,4 +363,5 @@ class Progress:
                                  refresh=False)
 
     def close(self):
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()

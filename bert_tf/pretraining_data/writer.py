@@ -1,11 +1,60 @@
-"""Atomic outputs: TFRecords and JSON written under `<path>.tmp-<pid>` and renamed into place."""
+"""Atomic outputs: TFRecords and JSON written under `<path>.tmp-<pid>` and renamed into place.
+
+Local paths use Python's own file calls and a hand-written TFRecord framing (length + masked
+CRC-32C from `google-crc32c`), so the data path never imports TensorFlow. Other schemes
+(gs://, ...) go through `tf.io.gfile` with the same framing.
+"""
 import os
 import posixpath
+import struct
 
 from bert_tf import BertError, fileio
-
+from bert_tf.pretraining_data.documents import is_local
 
 tmp_name = fileio.tmp_name
+
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+
+
+def _crc_fn():
+    try:
+        import google_crc32c
+    except ImportError:  # pinned by the project; name the fix all the same
+        raise BertError("writing TFRecords needs google-crc32c "
+                        "(pip install -c constraints.txt google-crc32c)") from None
+    return google_crc32c.value
+
+
+_crc32c = None
+
+
+def masked_crc(data):
+    """TFRecord's masked CRC-32C of `data` (bytes or memoryview)."""
+    global _crc32c
+    if _crc32c is None:
+        _crc32c = _crc_fn()
+    crc = _crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(records):
+    """Serialized records -> one bytes object of TFRecord frames (what a TFRecord file holds)."""
+    global _crc32c
+    if _crc32c is None:
+        _crc32c = _crc_fn()
+    crc32c, pack_u32, pack_u64 = _crc32c, _U32.pack, _U64.pack
+    heads = {}
+    out = []
+    for record in records:
+        n = len(record)
+        head = heads.get(n)
+        if head is None:
+            length = pack_u64(n)
+            head = heads[n] = length + pack_u32(masked_crc(length))
+        crc = crc32c(record)
+        out.append(head + record + pack_u32((((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF))
+    return b"".join(out)
 
 
 def _gfile():
@@ -15,9 +64,18 @@ def _gfile():
 
 def check_writable(paths, flag="--output_file"):
     """Create the output directories and prove they are writable (before any work is done)."""
-    gfile, op_error = _gfile()
     for directory in sorted({posixpath.dirname(p) or "." for p in paths}):
         probe = posixpath.join(directory, f".bert_tf-write-probe-{os.getpid()}")
+        if is_local(directory):
+            try:
+                os.makedirs(directory, exist_ok=True)
+                with open(probe, "wb"):
+                    pass
+                os.remove(probe)
+            except OSError as e:
+                raise BertError(f"{flag}: cannot write to {directory!r} ({e.strerror})") from None
+            continue
+        gfile, op_error = _gfile()
         try:
             gfile.makedirs(directory)
             with gfile.GFile(probe, "wb") as f:
@@ -28,11 +86,19 @@ def check_writable(paths, flag="--output_file"):
 
 
 def exists(path):
+    if is_local(path):
+        return os.path.exists(path)
     gfile, _ = _gfile()
     return gfile.exists(path)
 
 
 def remove_quietly(path):
+    if is_local(path):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+        return
     gfile, op_error = _gfile()
     try:
         if gfile.exists(path):
@@ -43,6 +109,11 @@ def remove_quietly(path):
 
 def remove_stale_tmps(path):
     """Delete `<path>.tmp-*` left by a killed run."""
+    if is_local(path):
+        import glob
+        for stale in glob.glob(glob.escape(path) + ".tmp-*"):
+            remove_quietly(stale)
+        return
     gfile, op_error = _gfile()
     try:
         for stale in gfile.glob(path + ".tmp-*"):
@@ -52,40 +123,73 @@ def remove_stale_tmps(path):
 
 
 def rename_into_place(tmp, path):
+    if is_local(path):
+        os.replace(tmp, path)
+        return
     gfile, _ = _gfile()
     gfile.rename(tmp, path, overwrite=True)
 
 
-write_text_atomic = fileio.write_text_atomic
+def write_text_atomic(path, text):
+    """Write text via a temp name + rename (local without TensorFlow)."""
+    if not is_local(path):
+        return fileio.write_text_atomic(path, text)
+    tmp = tmp_name(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        remove_quietly(tmp)
+        raise BertError(f"{path}: cannot write ({e.strerror})") from None
+    return path
 
 
 def read_text(path):
+    if is_local(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read()
     gfile, _ = _gfile()
     with gfile.GFile(path, "r") as f:
         return f.read()
+
+
+def _open_for_write(path):
+    if is_local(path):
+        try:
+            return open(path, "wb")
+        except OSError as e:
+            raise BertError(f"{path}: cannot write ({e.strerror})") from None
+    gfile, op_error = _gfile()
+    try:
+        return gfile.GFile(path, "wb")
+    except op_error as e:
+        raise BertError(f"{path}: cannot write ({e.message})") from None
 
 
 class RecordFile:
     """One TFRecord file written to a temp name; `commit()` renames it into place."""
 
     def __init__(self, path):
-        import tensorflow as tf
         self.path = path
         self.tmp = tmp_name(path)
-        try:
-            self._writer = tf.io.TFRecordWriter(self.tmp)
-        except tf.errors.OpError as e:
-            raise BertError(f"{path}: cannot write ({e.message})") from None
+        self._file = _open_for_write(self.tmp)
         self.count = 0
 
     def write(self, record):
-        self._writer.write(record)
+        """Append one serialized record."""
+        self._file.write(frame((record,)))
         self.count += 1
 
+    def write_framed(self, data, count):
+        """Append `count` records already framed by `frame()` (one write per batch)."""
+        self._file.write(data)
+        self.count += count
+
     def close(self):
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def commit(self):
         self.close()

@@ -6,6 +6,8 @@ combining marks, split off punctuation, then greedy longest-match-first WordPiec
 continuations, 200 chars per word at most, and `[UNK]` for a word with any unmatched piece.
 """
 import collections
+import itertools
+import re
 import unicodedata
 
 from bert_tf import BertError, fileio
@@ -29,8 +31,26 @@ def convert_to_unicode(text):
     raise BertError(f"tokenizer input must be str or bytes, got {type(text).__name__}")
 
 
+def _read_text(path, missing):
+    """fileio.read_text, but a local file is read without importing TensorFlow."""
+    if "://" in path:
+        return fileio.read_text(path, missing)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise BertError(f"{path}: {missing}") from None
+    except OSError as e:
+        raise BertError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise BertError(f"{path}: line {line} is not valid UTF-8") from None
+
+
 def _read_lines(vocab_file):
-    text = fileio.read_text(vocab_file, "vocab file not found")
+    text = _read_text(vocab_file, "vocab file not found")
     # Split on "\n" only: str.splitlines() would also split tokens containing U+2028, U+0085...
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -156,13 +176,14 @@ class WordpieceTokenizer:
         for word in whitespace_tokenize(convert_to_unicode(text)):
             pieces = self._cache.get(word)
             if pieces is None:
-                pieces = self._word_pieces(word)
+                pieces = self.word_pieces(word)
                 if len(self._cache) < 1_000_000:  # bounded: corpora have long tails
                     self._cache[word] = pieces
             output.extend(pieces)
         return output
 
-    def _word_pieces(self, word):
+    def word_pieces(self, word):
+        """Pieces of one whitespace-free word (uncached)."""
         if len(word) > self.max_input_chars_per_word:
             return [self.unk_token]
         pieces, start, n = [], 0, len(word)
@@ -210,3 +231,76 @@ class FullTokenizer:
 
     def __len__(self):
         return len(self.inv_vocab)
+
+
+# ---- cached ids (the pre-training data fast path) --------------------------------------------
+
+# Characters that Python's str.split() treats as whitespace but the original tokenizer deletes
+# (so they join their neighbours): a sentence containing one takes the uncached path.
+_SPLIT_MISMATCH = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
+_ASCII_CONTROL = {c: None for c in list(range(32)) + [127]}
+_ASCII_PUNCT_SPLIT = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
+
+
+class IdTokenizer:
+    """FullTokenizer's output as ids, cached per whitespace-separated word (the fast path).
+
+    FullTokenizer works word by word after whitespace splitting, so tokenize(text) equals the
+    concatenation over text.split() of tokenize(word), except for _SPLIT_MISMATCH characters
+    (such text takes the exact uncached path). Ids are identical to
+    `convert_tokens_to_ids(FullTokenizer.tokenize(text))`.
+
+    Args:
+        vocab: token -> id (`load_vocab`).
+        do_lower_case: as FullTokenizer's.
+        cache_size: words cached at most (the cache starts over when full: bounded memory).
+    """
+
+    def __init__(self, vocab, do_lower_case=True, cache_size=1 << 18):
+        self.vocab = vocab
+        self.basic = BasicTokenizer(do_lower_case=do_lower_case)
+        self.wordpiece = WordpieceTokenizer(vocab=vocab)
+        self.cache_size = cache_size
+        self.cache = {}
+        self.piece_ids = {}  # punctuation-split ASCII piece -> ids: "word," and "Word" share "word"
+
+    def _slow(self, text):
+        vocab, wp = self.vocab, self.wordpiece
+        return [vocab[p] for t in self.basic.tokenize(text) for p in wp.tokenize(t)]
+
+    def _word(self, word):
+        """Ids of one whitespace-free word; ASCII words skip the per-character Unicode checks."""
+        if not word.isascii():
+            return self._slow(word)
+        # ASCII: cleaning only deletes control characters; no CJK; NFD/accent stripping is a
+        # no-op; every ASCII punctuation/symbol is a split point.
+        word = word.translate(_ASCII_CONTROL)
+        if self.basic.do_lower_case:
+            word = word.lower()
+        out = []
+        piece_ids = self.piece_ids
+        for piece in _ASCII_PUNCT_SPLIT.findall(word):  # non-empty, no whitespace
+            ids = piece_ids.get(piece)
+            if ids is None:
+                vocab = self.vocab
+                ids = piece_ids[piece] = [vocab[p] for p in self.wordpiece.word_pieces(piece)]
+            out += ids
+        return out
+
+    def encode(self, text):
+        """Ids of `text` (a list of ints)."""
+        if _SPLIT_MISMATCH.search(text):
+            return self._slow(text)
+        words = text.split()
+        cache = self.cache
+        try:
+            return list(itertools.chain.from_iterable(map(cache.__getitem__, words)))
+        except KeyError:
+            if len(cache) >= self.cache_size:  # bounded memory: start over
+                cache.clear()
+                self.piece_ids.clear()
+                getattr(self.wordpiece, "_cache", {}).clear()
+            for w in words:
+                if w not in cache:
+                    cache[w] = tuple(self._word(w))
+            return list(itertools.chain.from_iterable(map(cache.__getitem__, words)))
