@@ -18,12 +18,25 @@ positions) and each read of an example draws a fresh mask: 15% of the real token
 become [MASK], 10% a random id in [0, vocab_size), 10% stay. [CLS] is position 0 and [SEP]s are
 found from the packing ([CLS] A [SEP] B [SEP]): the last real token of each segment. Randomness is
 stateless, keyed by (seed, pipeline, record index), so it is reproducible and differs per epoch.
+
+Validation: before anything is read, `preflight.check_pretraining_files` checks the leading
+records of every file (one-line `BertError`). While reading, every record is checked in-graph
+(ids < vocab_size, segment ids < type_vocab_size, positions < max_seq_length, NSP label 0/1:
+on GPU/TPU an out-of-range gather would silently return zeros), and each file must be read to
+its last byte: a corrupt or truncated record fails the step with an `InvalidArgumentError` whose
+one-line message names the file, record and byte offset (`explain_data_error` turns it into a
+`BertError`), or with `skip_corrupt_records` the rest of that file is skipped and the lost records
+are counted and logged.
 """
+import concurrent.futures
 import random
+import re
+import sys
 
 import tensorflow as tf
 
 from bert_tf import BertError
+from bert_tf.training.preflight import REGENERATE, check_pretraining_files
 
 try:
     from bert_tf.pretraining_data.schema import feature_spec
@@ -135,15 +148,16 @@ def dynamic_mask(features, seed, max_predictions_per_seq, vocab_size, mask_id,
 # Shuffling is stateless (keyed by the seed only): tf.data's own shuffle also depends on the
 # global TF seed, which would make a resumed run read a different stream.
 
-def _shuffled_files(files, seed, repeat):
+def _shuffled_files(files, sizes, seed, repeat):
     """Each epoch a fresh permutation of `files` (the original: repeat, then shuffle files)."""
-    names = tf.constant(files)
+    names, lengths = tf.constant(files), tf.constant(sizes, tf.int64)
     key = tf.constant([seed, 0], tf.int64)
 
     def epoch_files(epoch):
         k = tf.random.experimental.stateless_fold_in(key, epoch)
         order = tf.argsort(tf.random.stateless_uniform([len(files)], k))
-        return tf.data.Dataset.from_tensor_slices(tf.gather(names, order))
+        return tf.data.Dataset.from_tensor_slices((tf.gather(names, order),
+                                                   tf.gather(lengths, order)))
 
     epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
     return epochs.flat_map(epoch_files)
@@ -155,29 +169,192 @@ def _block_shuffle(ds, size, seed):
 
     def shuffle_block(index, block):
         k = tf.random.experimental.stateless_fold_in(key, index)
-        order = tf.argsort(tf.random.stateless_uniform([tf.shape(block)[0]], k))
-        return tf.gather(block, order)
+        n = tf.shape(tf.nest.flatten(block)[0])[0]
+        order = tf.argsort(tf.random.stateless_uniform([n], k))
+        return tf.nest.map_structure(lambda t: tf.gather(t, order), block)
 
     return ds.batch(size).enumerate().map(shuffle_block).unbatch()
+
+
+def file_sizes(files):
+    """Byte size of each file (the reader checks that it read every byte)."""
+    if any("://" in f for f in files):  # remote file systems: overlap the round trips
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            return list(pool.map(lambda f: tf.io.gfile.stat(f).length, files))
+    return [tf.io.gfile.stat(f).length for f in files]
+
+
+def _count_records(path, offset, size):
+    """Records (whole or partial) in bytes [offset, size) of `path`, walking the length headers."""
+    rest = tf.strings.substr(tf.io.read_file(path), offset, size - offset)
+    n = size - offset
+
+    def body(pos, count):
+        header = tf.strings.substr(rest, pos, 8)
+        length = tf.cond(tf.strings.length(header) == 8,
+                         lambda: tf.io.decode_raw(header, tf.int64)[0],
+                         lambda: tf.constant(-1, tf.int64))
+        nxt = pos + length + 16
+        return tf.where((length < 0) | (nxt > n), n, nxt), count + 1
+
+    return tf.while_loop(lambda pos, count: pos < n, body,
+                         (tf.constant(0, tf.int64), tf.constant(0, tf.int64)))[1]
+
+
+def _read_file(path, size, flag, skip_corrupt_records):
+    """(path, index in file, record) of one TFRecord file, checked to be read to its last byte.
+
+    TF's reader stops a file at a corrupt record (and silently at a partial header); reading it
+    error-tolerantly and comparing the bytes consumed with the file size finds both, and names
+    the file, which TF's DataLossError does not.
+    """
+    records = tf.data.TFRecordDataset(path).ignore_errors()
+    marked = records.map(lambda r: (r, False)).concatenate(
+        tf.data.Dataset.from_tensors((tf.constant(b""), True)))
+
+    def track(state, item):
+        offset, index = state
+        record, last = item
+        step = tf.where(last, tf.constant(0, tf.int64),
+                        tf.cast(tf.strings.length(record), tf.int64) + 16)
+        return (offset + step, index + 1), (index, record, last, offset)
+
+    def at_end(index, record, last, offset):
+        def damaged():
+            where = tf.strings.join([flag, " ", path, ": record ", tf.strings.as_string(index),
+                                     " at byte ", tf.strings.as_string(offset),
+                                     " is corrupt or truncated"])
+            if not skip_corrupt_records:
+                op = tf.debugging.Assert(False, [tf.strings.join([
+                    where, ": copy the file again or ", REGENERATE,
+                    "; or skip the rest of such files with --skip_corrupt_records"])])
+            else:
+                lost = _count_records(path, offset, size)
+                op = tf.print(tf.strings.join([  # stderr: TF's C++ warnings are silenced
+                    "warning: ", where, ": skipped the rest of the file (--skip_corrupt_records): ",
+                    tf.strings.as_string(lost), " record(s), ",
+                    tf.strings.as_string(size - offset), " bytes lost"]),
+                    output_stream=sys.stderr)
+            with tf.control_dependencies([op]):
+                return tf.constant(True)
+
+        check = tf.cond(last & tf.not_equal(offset, size), damaged, lambda: tf.constant(True))
+        with tf.control_dependencies([check]):
+            return tf.identity(last)
+
+    ds = marked.scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), track)
+    ds = ds.filter(lambda index, record, last, offset: tf.logical_not(
+        at_end(index, record, last, offset)))
+    return ds.map(lambda index, record, last, offset: (path, index, record))
+
+
+def _in_range(values, low, high, phrase):
+    """(all values in [low, high), a function making the message parts from the first bad one)."""
+    inside = (values >= low) & (values < high)
+    first_bad = lambda: tf.as_string(tf.boolean_mask(tf.reshape(values, [-1]),
+                                                     tf.reshape(~inside, [-1]))[0])
+    return tf.reduce_all(inside), lambda: phrase(first_bad())
+
+
+def check_ranges(features, path, index, max_seq_length, vocab_size=None, type_vocab_size=None,
+                 flag="--input_file"):
+    """In-graph range checks of one example (see the module docstring); returns `features`.
+
+    An out-of-range value fails with an InvalidArgumentError whose message is one line naming
+    the file, the record, the feature and the bound.
+    """
+    checks = []  # (ok, phrase)
+    if vocab_size is not None:
+        for name, key in (("input_ids", "input_word_ids"), ("masked_lm_ids", "masked_lm_ids")):
+            v = features[key]
+            checks.append(_in_range(v, 0, vocab_size, lambda bad, name=name: [
+                f"{name} has id ", bad, f" outside [0, vocab_size {vocab_size}) of "
+                "--bert_config_file: use the bert_config.json that matches the data or regenerate "
+                "the data"]))
+    if type_vocab_size is not None:
+        v = features["input_type_ids"]
+        checks.append(_in_range(v, 0, type_vocab_size, lambda bad: [
+            "segment_ids has ", bad,
+            f" outside [0, type_vocab_size {type_vocab_size}) of --bert_config_file: use the "
+            "matching bert_config.json or regenerate the data"]))
+    v = features["masked_lm_positions"]
+    checks.append(_in_range(v, 0, max_seq_length, lambda bad: [
+        "masked_lm_positions has ", bad,
+        f" outside [0, --max_seq_length={max_seq_length}): {REGENERATE}"]))
+    checks.append(_in_range(features["next_sentence_labels"], 0, 2, lambda bad: [
+        "next_sentence_labels is ", bad, f", must be 0 or 1: {REGENERATE}"]))
+    ok = tf.reduce_all(tf.stack([c for c, _ in checks]))
+
+    def fail():
+        # Only run when a check failed; the first failing one names itself.
+        done = tf.constant(True)
+        for c, phrase in checks:
+            def raise_error(phrase=phrase):
+                op = tf.debugging.Assert(False, [tf.strings.join(
+                    [flag, " ", path, ": record ", tf.as_string(index), ": "] + phrase())])
+                with tf.control_dependencies([op]):
+                    return tf.constant(True)
+            with tf.control_dependencies([done]):
+                done = tf.cond(c, lambda: tf.constant(True), raise_error)
+        return done
+
+    checked = tf.cond(ok, lambda: tf.constant(True), fail)
+    with tf.control_dependencies([checked]):
+        return {k: tf.identity(v) for k, v in features.items()}
+
+
+_ASSERT = re.compile(r"assertion failed: \[(--\w+ .*?)\]\s*(?:\n|\[\[|\[Op:|$)")
+_PARSE = re.compile(r"Key: (\w+)\.")
+
+
+def explain_data_error(error, flag="--input_file"):
+    """The one-line BertError for a tf.errors.OpError raised by this pipeline, or None.
+
+    Training and evaluation loops catch `tf.errors.OpError` around the iterator and raise
+    `explain_data_error(e) or e`.
+    """
+    message = getattr(error, "message", str(error))
+    m = _ASSERT.search(message)
+    if m:  # Assert C-escapes its strings (quotes, non-ASCII bytes)
+        raw = m.group(1).encode("utf-8").decode("unicode_escape").encode("latin-1")
+        return BertError(raw.decode("utf-8", "replace"))
+    m = _PARSE.search(message)
+    if isinstance(error, tf.errors.InvalidArgumentError) and m and "Example" in message:
+        return BertError(f"{flag}: a record's {m.group(1)} has another length or type than "
+                         "--max_seq_length/--max_predictions_per_seq expect: pass the flags the "
+                         "data was made with or regenerate the data")
+    return None
 
 
 def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_predictions_per_seq,
                         is_training, input_context=None, seed=None, dynamic_masking=False,
                         vocab_size=None, mask_id=None, shuffle_buffer_size=1000, cycle_length=8,
-                        skip_batches=0, repeat=None, flag="--input_file"):
+                        skip_batches=0, repeat=None, flag="--input_file", type_vocab_size=None,
+                        skip_corrupt_records=False, preflight=True):
     """The pre-training tf.data.Dataset (see the module docstring).
 
     batch_size: per replica (what `input_context.get_per_replica_batch_size` returns).
     input_context: tf.distribute.InputContext; the files are split over its input pipelines
       (or the records, when there are fewer files than pipelines).
+    vocab_size, type_vocab_size: from bert_config.json; ids are checked against them (pre-flight
+      and in-graph) when given.
     skip_batches: batches of *this pipeline* already consumed (resume); needs a fixed `seed`.
     repeat: default = is_training (evaluation reads the files once, in order).
+    flag: the flag the file pattern came from, named in error messages.
+    skip_corrupt_records: on a corrupt or truncated record, skip the rest of that file and log
+      how many records were lost, instead of failing.
+    preflight: check the leading records of every file first (`preflight.py`); every host and
+      input pipeline does, so all fail alike before any step.
     """
     if batch_size <= 0:
         raise BertError(f"batch size must be > 0, got {batch_size}")
     if dynamic_masking and (vocab_size is None or mask_id is None):
         raise BertError("--dynamic_masking: needs vocab_size and mask_id")
     files = list_files(file_pattern, flag)
+    if preflight:
+        check_pretraining_files(files, max_seq_length, max_predictions_per_seq, vocab_size,
+                                type_vocab_size, flag=flag)
+    sizes = file_sizes(files)
     repeat = is_training if repeat is None else repeat
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
@@ -187,14 +364,16 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     shard_records = num_pipelines > 1 and len(files) < num_pipelines
     if num_pipelines > 1 and not shard_records:
         files = files[pipeline_id::num_pipelines]
+        sizes = sizes[pipeline_id::num_pipelines]
+    read = lambda path, size: _read_file(path, size, flag, skip_corrupt_records)
     if is_training:
-        ds = _shuffled_files(files, seed, repeat)
-        ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=max(1, min(cycle_length,
-                                                                           len(files))),
+        ds = _shuffled_files(files, sizes, seed, repeat)
+        ds = ds.interleave(read, cycle_length=max(1, min(cycle_length, len(files))),
                            block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
                            deterministic=True)
     else:
-        ds = tf.data.TFRecordDataset(files)
+        ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(sizes, tf.int64)))
+        ds = ds.flat_map(read)
         if repeat:
             ds = ds.repeat()
     if shard_records:
@@ -208,8 +387,11 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     spec = _feature_spec(max_seq_length, max_predictions_per_seq)
     base_seed = tf.constant([seed, 2 + pipeline_id], tf.int64)  # 0, 1: the shuffles
 
-    def parse(index, record):
+    def parse(index, item):
+        path, file_index, record = item
         features = _to_model_inputs(tf.io.parse_single_example(record, spec))
+        features = check_ranges(features, path, file_index, max_seq_length, vocab_size,
+                                type_vocab_size, flag)
         if dynamic_masking:
             key = tf.random.experimental.stateless_fold_in(base_seed, index)
             features = dynamic_mask(features, key, max_predictions_per_seq, vocab_size, mask_id)
