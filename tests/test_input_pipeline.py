@@ -257,9 +257,9 @@ def test_values_past_the_preflight_are_checked_in_graph(tmp_path, changes, want)
     src = write_pretraining_records(tmp_path / "src.tfrecord", 10, seed=2)
     path = tmp_path / "late.tfrecord"
     _write_with(path, src, 7, **changes)  # the pre-flight reads records 0-3 only
-    for training in (False, True):
+    for training, dynamic in ((False, False), (True, False), (True, True)):
         ds = _ds(str(path), batch=2, is_training=training, repeat=False, vocab_size=VOCAB,
-                 type_vocab_size=2)
+                 type_vocab_size=2, dynamic_masking=dynamic, mask_id=MASK_ID)
         assert _data_error(ds) == f"--input_file {path}: record 7: {want}"
 
 

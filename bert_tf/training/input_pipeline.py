@@ -201,6 +201,9 @@ def _count_records(path, offset, size):
                          (tf.constant(0, tf.int64), tf.constant(0, tf.int64)))[1]
 
 
+READ_BLOCK = 256  # records per step of the per-file bookkeeping (its cost is per block)
+
+
 def _read_file(path, size, flag, skip_corrupt_records):
     """(path, index in file, record) of one TFRecord file, checked to be read to its last byte.
 
@@ -208,18 +211,21 @@ def _read_file(path, size, flag, skip_corrupt_records):
     error-tolerantly and comparing the bytes consumed with the file size finds both, and names
     the file, which TF's DataLossError does not.
     """
-    records = tf.data.TFRecordDataset(path).ignore_errors()
-    marked = records.map(lambda r: (r, False)).concatenate(
-        tf.data.Dataset.from_tensors((tf.constant(b""), True)))
+    blocks = tf.data.TFRecordDataset(path).ignore_errors().batch(READ_BLOCK)
+    marked = blocks.map(lambda b: (b, False)).concatenate(
+        tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), True)))
 
     def track(state, item):
         offset, index = state
-        record, last = item
-        step = tf.where(last, tf.constant(0, tf.int64),
-                        tf.cast(tf.strings.length(record), tf.int64) + 16)
-        return (offset + step, index + 1), (index, record, last, offset)
+        block, last = item
+        n = tf.shape(block, out_type=tf.int64)[0]
+        nbytes = tf.reduce_sum(tf.cast(tf.strings.length(block), tf.int64)) + 16 * n
+        end = (offset + nbytes, index + n)
+        return end, (index + tf.range(n), block, last, end)
 
-    def at_end(index, record, last, offset):
+    def keep(indices, block, last, end):
+        offset, index = end
+
         def damaged():
             where = tf.strings.join([flag, " ", path, ": record ", tf.strings.as_string(index),
                                      " at byte ", tf.strings.as_string(offset),
@@ -240,65 +246,65 @@ def _read_file(path, size, flag, skip_corrupt_records):
 
         check = tf.cond(last & tf.not_equal(offset, size), damaged, lambda: tf.constant(True))
         with tf.control_dependencies([check]):
-            return tf.identity(last)
+            return tf.logical_not(last)
 
-    ds = marked.scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), track)
-    ds = ds.filter(lambda index, record, last, offset: tf.logical_not(
-        at_end(index, record, last, offset)))
-    return ds.map(lambda index, record, last, offset: (path, index, record))
+    ds = marked.scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), track).filter(keep)
+    ds = ds.map(lambda indices, block, last, end: (tf.fill(tf.shape(block), path), indices, block))
+    return ds.unbatch()
 
 
 def _in_range(values, low, high, phrase):
-    """(all values in [low, high), a function making the message parts from the first bad one)."""
-    inside = (values >= low) & (values < high)
-    first_bad = lambda: tf.as_string(tf.boolean_mask(tf.reshape(values, [-1]),
-                                                     tf.reshape(~inside, [-1]))[0])
-    return tf.reduce_all(inside), lambda: phrase(first_bad())
+    """(per-row ok [B], message parts for the first bad value of row `r`) of values [B, ...]."""
+    rows = tf.reshape(values, [tf.shape(values)[0], -1])
+    inside = (rows >= low) & (rows < high)
+    first_bad = lambda r: tf.as_string(tf.boolean_mask(rows[r], ~inside[r])[0])
+    return tf.reduce_all(inside, axis=1), lambda r: phrase(first_bad(r))
 
 
-def check_ranges(features, path, index, max_seq_length, vocab_size=None, type_vocab_size=None,
+def check_ranges(features, paths, indices, max_seq_length, vocab_size=None, type_vocab_size=None,
                  flag="--input_file"):
-    """In-graph range checks of one example (see the module docstring); returns `features`.
+    """In-graph range checks of a batch of examples (see the module docstring); returns `features`.
 
+    features: a dict as made by `_to_model_inputs`, batched [B, ...]; paths, indices [B]: each
+    example's file and record index in it (named in the message).
     An out-of-range value fails with an InvalidArgumentError whose message is one line naming
     the file, the record, the feature and the bound.
     """
-    checks = []  # (ok, phrase)
+    checks = []  # (per-row ok, message parts of row r)
     if vocab_size is not None:
         for name, key in (("input_ids", "input_word_ids"), ("masked_lm_ids", "masked_lm_ids")):
-            v = features[key]
-            checks.append(_in_range(v, 0, vocab_size, lambda bad, name=name: [
+            checks.append(_in_range(features[key], 0, vocab_size, lambda bad, name=name: [
                 f"{name} has id ", bad, f" outside [0, vocab_size {vocab_size}) of "
                 "--bert_config_file: use the bert_config.json that matches the data or regenerate "
                 "the data"]))
     if type_vocab_size is not None:
-        v = features["input_type_ids"]
-        checks.append(_in_range(v, 0, type_vocab_size, lambda bad: [
+        checks.append(_in_range(features["input_type_ids"], 0, type_vocab_size, lambda bad: [
             "segment_ids has ", bad,
             f" outside [0, type_vocab_size {type_vocab_size}) of --bert_config_file: use the "
             "matching bert_config.json or regenerate the data"]))
-    v = features["masked_lm_positions"]
-    checks.append(_in_range(v, 0, max_seq_length, lambda bad: [
+    checks.append(_in_range(features["masked_lm_positions"], 0, max_seq_length, lambda bad: [
         "masked_lm_positions has ", bad,
         f" outside [0, --max_seq_length={max_seq_length}): {REGENERATE}"]))
     checks.append(_in_range(features["next_sentence_labels"], 0, 2, lambda bad: [
         "next_sentence_labels is ", bad, f", must be 0 or 1: {REGENERATE}"]))
-    ok = tf.reduce_all(tf.stack([c for c, _ in checks]))
+    row_ok = tf.reduce_all(tf.stack([c for c, _ in checks], axis=1), axis=1)
 
     def fail():
-        # Only run when a check failed; the first failing one names itself.
+        # Only run when a check failed: the first bad example, its first failing check.
+        r = tf.argmin(tf.cast(row_ok, tf.int32), output_type=tf.int32)
         done = tf.constant(True)
         for c, phrase in checks:
             def raise_error(phrase=phrase):
                 op = tf.debugging.Assert(False, [tf.strings.join(
-                    [flag, " ", path, ": record ", tf.as_string(index), ": "] + phrase())])
+                    [flag, " ", paths[r], ": record ", tf.as_string(indices[r]), ": "]
+                    + phrase(r))])
                 with tf.control_dependencies([op]):
                     return tf.constant(True)
             with tf.control_dependencies([done]):
-                done = tf.cond(c, lambda: tf.constant(True), raise_error)
+                done = tf.cond(c[r], lambda: tf.constant(True), raise_error)
         return done
 
-    checked = tf.cond(ok, lambda: tf.constant(True), fail)
+    checked = tf.cond(tf.reduce_all(row_ok), lambda: tf.constant(True), fail)
     with tf.control_dependencies([checked]):
         return {k: tf.identity(v) for k, v in features.items()}
 
@@ -390,13 +396,21 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     def parse(index, item):
         path, file_index, record = item
         features = _to_model_inputs(tf.io.parse_single_example(record, spec))
-        features = check_ranges(features, path, file_index, max_seq_length, vocab_size,
-                                type_vocab_size, flag)
-        if dynamic_masking:
+        if dynamic_masking:  # check the record's own ids and positions before re-masking
+            one = lambda t: tf.expand_dims(t, 0)
+            features = check_ranges(tf.nest.map_structure(one, features), one(path),
+                                    one(file_index), *checks)
+            features = tf.nest.map_structure(lambda t: t[0], features)
             key = tf.random.experimental.stateless_fold_in(base_seed, index)
             features = dynamic_mask(features, key, max_predictions_per_seq, vocab_size, mask_id)
-        return features
+        return features, path, file_index
 
+    checks = (max_seq_length, vocab_size, type_vocab_size, flag)
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch_size, drop_remainder=True)  # static shapes (TPU)
+    if dynamic_masking:
+        ds = ds.map(lambda features, paths, indices: features)
+    else:
+        ds = ds.map(lambda features, paths, indices: check_ranges(features, paths, indices,
+                                                                  *checks))
     return ds.prefetch(tf.data.AUTOTUNE)
