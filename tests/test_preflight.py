@@ -227,3 +227,68 @@ def test_sample_of_many_files_is_even_and_deterministic(tmp_path):
         (tmp_path / f"e{i}.tfrecord").write_bytes(b"")
     assert _error(sorted(tmp_path.glob("e*")), max_files=2) == (
         f"--input_file: all 2 checked of 5 file(s) are empty (no records): {REGEN}")
+
+
+def test_run_pretraining_reports_each_mistake_in_one_line_and_writes_nothing(tmp_path):
+    """The issue's table, through run_pretraining.py (one interpreter runs every case)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from conftest import tiny_bert_config
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    config = tmp_path / "bert_config.json"
+    tiny_bert_config(vocab_size=VOCAB).to_json_file(str(config))
+    d = tmp_path / "data"
+    d.mkdir()
+    good, _ = _good(d, "good-0.tfrecord", n=8)
+    (d / "text-0.txt").write_text("This is a sentence.\nAnother one.\n")
+    write_pretraining_records(d / "seq-0.tfrecord", 4, seq_len=64)
+    write_pretraining_records(d / "pred-0.tfrecord", 4, max_pred=20)
+    data = good.read_bytes()
+    (d / "cut-0.tfrecord").write_bytes(data[:len(data) // 3])
+    write_pretraining_records(d / "vocab-0.tfrecord", 4, vocab_size=3000, seed=4)
+    ft = d / "train.tf_record"
+    write_examples(ft, [{"input_ids": [1] * SEQ, "input_mask": [1] * SEQ,
+                         "segment_ids": [0] * SEQ, "label_ids": [1], "is_real_example": [1]}])
+    cases = {  # input files -> what the check says (compared with test_preflight's lines above)
+        "text": ([good, d / "text-0.txt"], check_file(str(d / "text-0.txt"), SEQ, PRED)[0]),
+        "seq": ([d / "seq-0.tfrecord"], check_file(str(d / "seq-0.tfrecord"), SEQ, PRED)[0]),
+        "pred": ([d / "pred-0.tfrecord"], check_file(str(d / "pred-0.tfrecord"), SEQ, PRED)[0]),
+        "cut": ([d / "cut-0.tfrecord"], check_file(str(d / "cut-0.tfrecord"), SEQ, PRED)[0]),
+        "vocab": ([d / "vocab-0.tfrecord"],
+                  check_file(str(d / "vocab-0.tfrecord"), SEQ, PRED, VOCAB)[0]),
+        "finetuning": ([good, ft], check_file(str(ft), SEQ, PRED)[0]),
+    }
+    assert all(want for _, want in cases.values())
+    assert "truncated: record" in cases["cut"][1] and "holds fine-tuning" in cases["finetuning"][1]
+    argv = {}
+    for name, (files, _) in cases.items():
+        argv[name] = [f"--bert_config_file={config}", f"--input_file={','.join(map(str, files))}",
+                      f"--output_dir={tmp_path / name}", "--max_seq_length=32",
+                      "--max_predictions_per_seq=5", "--train_batch_size=4",
+                      "--eval_batch_size=4", "--num_train_steps=2", "--num_warmup_steps=1",
+                      "--do_train" if name != "pred" else "--do_eval"]
+    driver = (
+        "import sys, json\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import run_pretraining as rp\n"
+        "out = {}\n"
+        "for name, argv in json.loads(sys.argv[2]).items():\n"
+        "    rp.FLAGS.unparse_flags()\n"
+        "    rp.FLAGS(['run_pretraining.py'] + argv)\n"
+        "    try:\n"
+        "        rp.main([])\n"
+        "        out[name] = 'no error'\n"
+        "    except SystemExit as e:\n"
+        "        out[name] = e.code\n"
+        "print(json.dumps(out))\n")
+    res = subprocess.run([sys.executable, "-c", driver, repo, json.dumps(argv)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    for name, (_, want) in cases.items():
+        assert got[name] == f"error: {want}", name
+        out = tmp_path / name
+        assert not out.exists() or not list(out.iterdir()), (name, list(out.iterdir()))

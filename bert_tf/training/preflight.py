@@ -5,7 +5,8 @@ sample when there are more than `max_files`) with the C++ record reader and
 `tf.train.Example.FromString` (no TF graph), and checks the TFRecord framing, the feature keys,
 dtypes and lengths against the flags, and the value ranges the model gathers with (on GPU/TPU an
 out-of-range gather returns zeros instead of failing). Each problem is one line naming the file,
-the record, what is wrong and the fix; the first one is raised as `BertError`, all are logged.
+the record, what is wrong and the fix; the first one is raised as `BertError` (all are logged
+when there are several).
 
 The rest of each file is checked in-graph while training (`input_pipeline`).
 """
@@ -230,7 +231,7 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
       dict with `files` (checked), `records` (checked), `empty_files` and `seconds`.
 
     Raises:
-      BertError: the first problem, one line (every problem is logged).
+      BertError: the first problem, one line (all are logged when there are several).
     """
     start = time.perf_counter()
     chosen = sample_files(list(files), max_files)
@@ -242,8 +243,9 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
     else:
         results = [check_file(p, *args) for p in chosen]
     problems = [line for line, _ in results if line]
-    for line in problems:
-        log.error("%s", line)
+    if len(problems) > 1:  # the first is raised; the others would be lost
+        for line in problems:
+            log.error("%s", line)
     if problems:
         more = len(problems) - 1
         raise BertError(problems[0] + (f" (and {more} more file(s) with problems, logged)"
