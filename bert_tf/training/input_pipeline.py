@@ -360,7 +360,6 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     if preflight:
         check_pretraining_files(files, max_seq_length, max_predictions_per_seq, vocab_size,
                                 type_vocab_size, flag=flag)
-    sizes = file_sizes(files)
     repeat = is_training if repeat is None else repeat
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
@@ -370,7 +369,7 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     shard_records = num_pipelines > 1 and len(files) < num_pipelines
     if num_pipelines > 1 and not shard_records:
         files = files[pipeline_id::num_pipelines]
-        sizes = sizes[pipeline_id::num_pipelines]
+    sizes = file_sizes(files)  # of this pipeline's files only
     read = lambda path, size: _read_file(path, size, flag, skip_corrupt_records)
     if is_training:
         ds = _shuffled_files(files, sizes, seed, repeat)
