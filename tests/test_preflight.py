@@ -66,6 +66,21 @@ def test_text_file_is_not_a_tfrecord(tmp_path):
         "pass the TFRecord files written by create_pretraining_data.py")
 
 
+def test_tiny_text_file(tmp_path):
+    text = tmp_path / "note.txt"
+    text.write_text("hello\n")
+    assert _error([text]) == (
+        f"--input_file {text}: not a TFRecord file (6 bytes, it starts with 'hello'): pass the "
+        "TFRecord files written by create_pretraining_data.py")
+
+
+def test_directory_in_the_glob(tmp_path):
+    (tmp_path / "shards").mkdir()
+    assert _error([tmp_path / "shards"]) == (
+        f"--input_file {tmp_path / 'shards'}: is a directory: pass a glob of the files in it, "
+        f"e.g. --input_file={tmp_path / 'shards'}/*")
+
+
 def test_gzip_file(tmp_path):
     path, _ = _good(tmp_path)
     gz = tmp_path / "good.tfrecord.gz"

@@ -244,7 +244,8 @@ def _read_file(path, size, flag, skip_corrupt_records):
             with tf.control_dependencies([op]):
                 return tf.constant(True)
 
-        check = tf.cond(last & tf.not_equal(offset, size), damaged, lambda: tf.constant(True))
+        # `<`: a file that grew since it was listed is not damaged.
+        check = tf.cond(last & (offset < size), damaged, lambda: tf.constant(True))
         with tf.control_dependencies([check]):
             return tf.logical_not(last)
 

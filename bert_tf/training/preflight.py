@@ -90,6 +90,9 @@ def describe_framing_error(path, offset, index):
         header = f.read(12)
     if offset == 0 and head[:2] == b"\x1f\x8b":
         return ("is gzip-compressed: decompress it (pre-training reads uncompressed TFRecords)")
+    if offset == 0 and size < 12:
+        return (f"not a TFRecord file ({size} bytes, it starts with {_preview(head)!r}): pass the "
+                f"TFRecord files written by create_pretraining_data.py")
     if len(header) < 12:
         return (f"truncated: the file ends {size - offset} bytes into the header of record "
                 f"{index} (byte {offset}); the shard was cut off: copy it again or {REGENERATE}")
@@ -209,7 +212,10 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
             offset += len(raw) + 16
         else:
             index = records_per_file
-    except tf.errors.OpError as e:  # unreadable (permissions, vanished file, ...)
+    except tf.errors.OpError as e:  # unreadable (a directory, permissions, vanished file, ...)
+        if tf.io.gfile.isdir(path):
+            return (f"{flag} {path}: is a directory: pass a glob of the files in it, e.g. "
+                    f"{flag}={path.rstrip('/')}/*"), 0
         return f"{flag} {path}: cannot read: {e.message.splitlines()[0]}", 0
     return None, index
 
