@@ -307,9 +307,9 @@ def test_skip_corrupt_records_skips_the_rest_of_the_file_and_counts(tmp_path, ca
     good = _ids(_collect(_ds(str(tmp_path / "good.tfrecord"), batch=1)))
     assert got == good[:6] + [tuple(f["input_ids"]) for f in other]
     err = capfd.readouterr().err
-    assert (f"warning: --input_file {path}: record 6 at byte {off} is corrupt or truncated: skipped the "
-            f"rest of the file (--skip_corrupt_records): 4 record(s), {size - off} bytes lost"
-            ) in err
+    assert (f"warning: --input_file {path}: record 6 at byte {off} is corrupt or truncated: "
+            "skipped the rest of the file (--skip_corrupt_records): 4 record(s), "
+            f"{size - off} bytes lost") in err
     # Truncated: the partial record is the one lost.
     path, off = _damaged(tmp_path, "truncated", n=10, at=9)
     assert len(_collect(_ds(str(path), batch=1, skip_corrupt_records=True))) == 9

@@ -89,7 +89,8 @@ def drive(export_dir, threads=THREADS, requests=REQUESTS):
     rss.append(rss_bytes())
     seconds += run(requests - half)
     rss.append(rss_bytes())
-    assert not errors, f"outputs differ from the sequential ones: (thread, i, request, sig) {errors[:5]}"
+    assert not errors, ("outputs differ from the sequential ones (thread, i, request, "
+                        f"signature): {errors[:5]}")
     return {"requests": threads * requests, "seconds": seconds,
             "rss_mb": [round(r / 2**20, 1) for r in rss], "distinct": len(reqs)}
 
