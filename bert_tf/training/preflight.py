@@ -118,7 +118,7 @@ def describe_framing_error(path, offset, index):
 
 def _values(feature):
     kind = feature.WhichOneof("kind")
-    return kind, (getattr(feature, kind).value if kind else ())
+    return kind, (getattr(feature, kind).value[:] if kind else [])  # a list: min/max 2x faster
 
 
 def describe_record(example, max_seq_length, max_predictions_per_seq, vocab_size=None,
