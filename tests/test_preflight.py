@@ -194,7 +194,12 @@ def test_missing_features_and_other_protos(tmp_path):
     write_examples(tmp_path / "nonsp.tfrecord", [feats])
     assert _error([tmp_path / "nonsp.tfrecord"]) == (
         f"--input_file {tmp_path / 'nonsp.tfrecord'}: record 0: records lack "
-        f"next_sentence_labels: not pre-training data; {REGEN}")
+        f"next_sentence_labels: not pre-training data; remove it from --input_file or {REGEN}")
+    write_examples(tmp_path / "other.tfrecord", [{"image_id": [3], "pixels": [0.5, 0.25]}])
+    assert _error([tmp_path / "other.tfrecord"]) == (
+        f"--input_file {tmp_path / 'other.tfrecord'}: record 0: records lack input_ids, "
+        "input_mask, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights, "
+        f"next_sentence_labels: not pre-training data; remove it from --input_file or {REGEN}")
     with tf.io.TFRecordWriter(str(tmp_path / "raw.tfrecord")) as w:
         w.write(b"\xff\xff\xff not a proto")
     assert _error([tmp_path / "raw.tfrecord"]) == (

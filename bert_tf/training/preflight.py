@@ -128,10 +128,11 @@ def describe_record(example, max_seq_length, max_predictions_per_seq, vocab_size
     keys = set(fmap)
     missing = [k for k in PRETRAINING_FEATURES if k not in keys]
     if missing:
-        if keys & FINETUNING_KEYS or (keys and not keys & set(PRED_FEATURES)):
+        if keys & FINETUNING_KEYS:
             return (f"holds fine-tuning features ({', '.join(sorted(keys))}), not pre-training "
                     f"records: remove it from {flag}")
-        return (f"records lack {', '.join(missing)}: not pre-training data; {REGENERATE}")
+        return (f"records lack {', '.join(missing)}: not pre-training data; remove it from "
+                f"{flag} or {REGENERATE}")
     vals = {}
     for name in PRETRAINING_FEATURES:
         kind, v = _values(fmap[name])
@@ -189,7 +190,7 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
 
     Returns (problem line or None, number of records read).
     """
-    offset, index = 0, 0
+    offset, index, it = 0, 0, None
     try:
         it = _records(path)
         for index in range(records_per_file):
@@ -220,6 +221,9 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
             return (f"{flag} {path}: is a directory: pass a glob of the files in it, e.g. "
                     f"{flag}={path.rstrip('/')}/*"), 0
         return f"{flag} {path}: cannot read: {e.message.splitlines()[0]}", 0
+    finally:
+        if it is not None:
+            it.close()
     return None, index
 
 
