@@ -315,3 +315,17 @@ def test_skip_corrupt_records_skips_the_rest_of_the_file_and_counts(tmp_path, ca
     assert len(_collect(_ds(str(path), batch=1, skip_corrupt_records=True))) == 9
     assert (f"{path}: record 9 at byte {off} is corrupt or truncated: skipped the rest of the "
             "file (--skip_corrupt_records): 1 record(s), 40 bytes lost") in capfd.readouterr().err
+
+
+def test_a_record_of_another_length_mid_file_is_one_line(tmp_path):
+    path = tmp_path / "mixed.tfrecord"
+    write_pretraining_records(tmp_path / "a", 6, seed=1)
+    write_pretraining_records(tmp_path / "b", 2, seq_len=64, seed=2)
+    path.write_bytes((tmp_path / "a").read_bytes() + (tmp_path / "b").read_bytes())
+    msg = _data_error(_ds(str(path), batch=2))
+    key = msg.split("a record's ")[1].split()[0]  # TF's parser names the first key it rejects
+    assert key in ("input_ids", "input_mask", "segment_ids")
+    assert msg == (
+        f"--input_file: a record's {key} has another length or type than "
+        "--max_seq_length/--max_predictions_per_seq expect: pass the flags the data was made "
+        "with or regenerate the data")
