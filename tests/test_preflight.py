@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.training.preflight import (check_file, check_pretraining_files, masked_crc32c,
-                                        sample_files)
+from bert_tf.training.preflight import (check_file, check_pretraining_files,
+                                        ends_with_whole_record, masked_crc32c, sample_files)
 from conftest import write_pretraining_records
 
 SEQ, PRED, VOCAB = 32, 5, 64
@@ -118,6 +118,22 @@ def test_truncated_shard(tmp_path):
     assert _error([cut]) == (
         f"--input_file {cut}: truncated: the file ends 5 bytes into the header of record 1 "
         f"(byte {rec}); the shard was cut off: copy it again or {REGEN}")
+
+
+def test_cut_off_end_past_the_leading_records(tmp_path):
+    path, _ = _good(tmp_path, n=12)
+    data = path.read_bytes()
+    for keep in (len(data) - 1, len(data) - 100, len(data) - 330):
+        cut = tmp_path / f"cut-{keep}.tfrecord"
+        cut.write_bytes(data[:keep])
+        assert _error([cut]) == (
+            f"--input_file {cut}: truncated: it does not end with a whole record ({keep} bytes); "
+            f"the shard was cut off: copy it again or {REGEN}")
+        assert ends_with_whole_record(str(cut), keep) is False
+    assert ends_with_whole_record(str(path), len(data)) is True
+    # A last record longer than the largest window looked at: no verdict, no false alarm.
+    assert ends_with_whole_record(str(path), len(data), window=64, max_window=64) is None
+    assert ends_with_whole_record(str(path), len(data), window=64, max_window=4096) is True
 
 
 def test_corrupt_record_checksum_and_header(tmp_path):
@@ -265,8 +281,9 @@ def test_run_pretraining_reports_each_mistake_in_one_line_and_writes_nothing(tmp
     (d / "text-0.txt").write_text("This is a sentence.\nAnother one.\n")
     write_pretraining_records(d / "seq-0.tfrecord", 4, seq_len=64)
     write_pretraining_records(d / "pred-0.tfrecord", 4, max_pred=20)
-    data = good.read_bytes()
-    (d / "cut-0.tfrecord").write_bytes(data[:len(data) // 3])
+    long, _ = _good(tmp_path, "long.tfrecord", n=40)
+    data = long.read_bytes()
+    (d / "cut-0.tfrecord").write_bytes(data[:-50])  # cut in its last record
     write_pretraining_records(d / "vocab-0.tfrecord", 4, vocab_size=3000, seed=4)
     ft = d / "train.tf_record"
     write_examples(ft, [{"input_ids": [1] * SEQ, "input_mask": [1] * SEQ,
@@ -281,7 +298,8 @@ def test_run_pretraining_reports_each_mistake_in_one_line_and_writes_nothing(tmp
         "finetuning": ([good, ft], check_file(str(ft), SEQ, PRED)[0]),
     }
     assert all(want for _, want in cases.values())
-    assert "truncated: record" in cases["cut"][1] and "holds fine-tuning" in cases["finetuning"][1]
+    assert "does not end with a whole record" in cases["cut"][1]
+    assert "holds fine-tuning" in cases["finetuning"][1]
     argv = {}
     for name, (files, _) in cases.items():
         argv[name] = [f"--bert_config_file={config}", f"--input_file={','.join(map(str, files))}",

@@ -2,7 +2,8 @@
 
 `check_pretraining_files` reads the first records of every input file (a bounded, evenly spaced
 sample when there are more than `max_files`) with the C++ record reader and
-`tf.train.Example.FromString` (no TF graph), and checks the TFRecord framing, the feature keys,
+`tf.train.Example.FromString` (no TF graph), and checks the TFRecord framing (including that the
+file ends with a whole record: a cut-off shard does not), the feature keys,
 dtypes and lengths against the flags, and the value ranges the model gathers with (on GPU/TPU an
 out-of-range gather returns zeros instead of failing). Each problem is one line naming the file,
 the record, what is wrong and the fix; the first one is raised as `BertError` (all are logged
@@ -19,6 +20,7 @@ import re
 import struct
 import time
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
@@ -184,13 +186,50 @@ def _describe_ranges(vals, max_seq_length, vocab_size, type_vocab_size):
     return None
 
 
+def _read_tail(path, size, n):
+    if "://" in path:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            f.seek(size - n)
+            return f.read(n)
+    with open(path, "rb") as f:  # local: 5x cheaper than GFile
+        f.seek(size - n)
+        return f.read(n)
+
+
+def ends_with_whole_record(path, size, window=4096, max_window=1 << 20):
+    """Whether the file ends exactly at the end of a record (a cut-off shard does not).
+
+    Looks in the file's last `window` bytes (growing to `max_window`) for a record header whose
+    length reaches exactly the last byte and whose length checksum matches: one small read, not
+    a walk of the whole file. Returns True, False, or None when the last record may be longer
+    than `max_window`.
+    """
+    while True:
+        n = min(size, window)
+        tail = _read_tail(path, size, n)
+        k = n - 15  # candidate header starts p in [0, n - 16]
+        if k > 0:
+            b = np.frombuffer(tail, np.uint8).astype(np.uint32)
+            low = b[:k] | b[1:k + 1] << 8 | b[2:k + 2] << 16 | b[3:k + 3] << 24
+            high = b[4:k + 4] | b[5:k + 5] | b[6:k + 6] | b[7:k + 7]  # 0: records < 4 GiB
+            hit = (low == np.arange(n - 16, n - 16 - k, -1, dtype=np.uint32)) & (high == 0)
+            for p in np.flatnonzero(hit):
+                if masked_crc32c(tail[p:p + 8]) == struct.unpack("<I", tail[p + 8:p + 12])[0]:
+                    return True
+        if n == size:
+            return False
+        if window >= max_window:
+            return None
+        window *= 8
+
+
 def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
                type_vocab_size=None, records_per_file=4, flag="--input_file"):
-    """Check the first `records_per_file` records of one file.
+    """Check the first `records_per_file` records of one file, and that it ends with a whole one.
 
     Returns (problem line or None, number of records read).
     """
-    offset, index, it = 0, 0, None
+    offset, index, it, longest = 0, 0, None, 0
     try:
         it = _records(path)
         for index in range(records_per_file):
@@ -214,8 +253,14 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
             if what:
                 return f"{flag} {path}: record {index}: {what}", index + 1
             offset += len(raw) + 16
+            longest = max(longest, len(raw))
         else:
             index = records_per_file
+            size = tf.io.gfile.stat(path).length
+            window = min(4096, max(512, 2 * longest + 32))  # the last record is most likely
+            if size > offset and ends_with_whole_record(path, size, window) is False:  # as long
+                return (f"{flag} {path}: truncated: it does not end with a whole record ({size} "
+                        f"bytes); the shard was cut off: copy it again or {REGENERATE}"), index
     except tf.errors.OpError as e:  # unreadable (a directory, permissions, vanished file, ...)
         if tf.io.gfile.isdir(path):
             return (f"{flag} {path}: is a directory: pass a glob of the files in it, e.g. "
