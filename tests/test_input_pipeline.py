@@ -6,8 +6,8 @@ import bert_tf
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.training.input_pipeline import (dynamic_mask, list_files, mask_candidates,
-                                    pretraining_dataset, unmask)
+from bert_tf.training.input_pipeline import (dynamic_mask, explain_data_error, list_files,
+                                             mask_candidates, pretraining_dataset, unmask)
 from conftest import CLS_ID, MASK_ID, SEP_ID, write_pretraining_records
 
 SEQ, PRED, VOCAB = 32, 5, 64
@@ -198,3 +198,134 @@ def test_dynamic_mask_single_example_is_deterministic():
     # 4 candidates * 0.15 = 0.6 -> round -> 1 prediction (at least one, as the original).
     assert a["masked_lm_weights"].numpy().tolist() == [1.0, 0.0, 0.0]
     assert 1 <= int(a["masked_lm_positions"][0]) <= 4
+
+
+# ---- validation: pre-flight, in-graph checks, corrupt records ------------------------------
+
+def _offsets(path):
+    """Byte offset of each record of a TFRecord file."""
+    data, out, pos = path.read_bytes(), [], 0
+    while pos < len(data):
+        out.append(pos)
+        pos += 16 + int.from_bytes(data[pos:pos + 8], "little")
+    return out
+
+
+def _data_error(ds):
+    with pytest.raises(tf.errors.OpError) as e:
+        _collect(ds)
+    err = explain_data_error(e.value)
+    assert err is not None, e.value.message
+    assert "\n" not in str(err)
+    return str(err)
+
+
+def _write_with(path, feats, i, **changes):
+    from test_preflight import write_examples
+    feats = [dict(f) for f in feats]
+    feats[i].update(changes)
+    write_examples(path, feats)
+
+
+def test_preflight_runs_before_any_record_is_read(tmp_path):
+    write_pretraining_records(tmp_path / "a.tfrecord", 6, seq_len=64)
+    with pytest.raises(BertError) as e:
+        _ds(str(tmp_path / "a.tfrecord"), flag="--eval_input_file")
+    assert str(e.value) == (
+        f"--eval_input_file {tmp_path / 'a.tfrecord'}: record 0: records have input_ids of length "
+        "64, not --max_seq_length=32: pass --max_seq_length=64 or regenerate the data")
+
+
+@pytest.mark.parametrize("changes, want", [
+    ({"input_ids": [1] * (SEQ - 1) + [VOCAB + 5]},
+     f"input_ids has id {VOCAB + 5} outside [0, vocab_size {VOCAB}) of --bert_config_file: use "
+     "the bert_config.json that matches the data or regenerate the data"),
+    ({"masked_lm_ids": [3, 3, 3, 3, -2]},
+     f"masked_lm_ids has id -2 outside [0, vocab_size {VOCAB}) of --bert_config_file: use "
+     "the bert_config.json that matches the data or regenerate the data"),
+    ({"segment_ids": [0] * (SEQ - 1) + [2]},
+     "segment_ids has 2 outside [0, type_vocab_size 2) of --bert_config_file: use the matching "
+     "bert_config.json or regenerate the data"),
+    ({"masked_lm_positions": [1, 2, 3, 4, SEQ + 1]},
+     f"masked_lm_positions has {SEQ + 1} outside [0, --max_seq_length={SEQ}): regenerate the "
+     "data with create_pretraining_data.py"),
+    ({"next_sentence_labels": [3]},
+     "next_sentence_labels is 3, must be 0 or 1: regenerate the data with "
+     "create_pretraining_data.py"),
+])
+def test_values_past_the_preflight_are_checked_in_graph(tmp_path, changes, want):
+    src = write_pretraining_records(tmp_path / "src.tfrecord", 10, seed=2)
+    path = tmp_path / "late.tfrecord"
+    _write_with(path, src, 7, **changes)  # the pre-flight reads records 0-3 only
+    for training, dynamic in ((False, False), (True, False), (True, True)):
+        ds = _ds(str(path), batch=2, is_training=training, repeat=False, vocab_size=VOCAB,
+                 type_vocab_size=2, dynamic_masking=dynamic, mask_id=MASK_ID)
+        assert _data_error(ds) == f"--input_file {path}: record 7: {want}"
+
+
+def test_in_range_values_pass_unchanged(tmp_path):
+    feats = write_pretraining_records(tmp_path / "a.tfrecord", 8, seed=3)
+    b = _collect(_ds(str(tmp_path / "a.tfrecord"), batch=8, vocab_size=VOCAB,
+                     type_vocab_size=2))[0]
+    np.testing.assert_array_equal(b["input_word_ids"], [f["input_ids"] for f in feats])
+
+
+def _damaged(tmp_path, kind, n=10, at=6):
+    """A file of n records with record `at` damaged: (path, offset of record `at`, n records)."""
+    good = tmp_path / "good.tfrecord"
+    write_pretraining_records(good, n, seed=5)
+    data = bytearray(good.read_bytes())
+    off = _offsets(good)[at]
+    if kind == "checksum":
+        data[off + 30] ^= 0x55
+    elif kind == "truncated":
+        data = data[:off + 40]
+    elif kind == "partial header":  # TF's reader alone would end the file silently here
+        data = data[:off + 5]
+    path = tmp_path / f"{kind.replace(' ', '_')}-é.tfrecord"  # names are C-escaped in-graph
+    path.write_bytes(bytes(data))
+    return path, off
+
+
+@pytest.mark.parametrize("kind", ["checksum", "truncated", "partial header"])
+def test_corrupt_record_mid_file_is_one_line_with_file_and_offset(tmp_path, kind):
+    path, off = _damaged(tmp_path, kind)
+    for training in (False, True):  # (the pre-flight would find a cut-off end first)
+        ds = _ds(str(path), batch=2, is_training=training, repeat=False, preflight=False)
+        assert _data_error(ds) == (
+            f"--input_file {path}: record 6 at byte {off} is corrupt or truncated: copy the file "
+            "again or regenerate the data with create_pretraining_data.py; or skip the rest of "
+            "such files with --skip_corrupt_records")
+
+
+def test_skip_corrupt_records_skips_the_rest_of_the_file_and_counts(tmp_path, capfd):
+    path, off = _damaged(tmp_path, "checksum", n=10, at=6)
+    other = write_pretraining_records(tmp_path / "other.tfrecord", 4, seed=9)
+    size = path.stat().st_size
+    ds = _ds(f"{path},{tmp_path / 'other.tfrecord'}", batch=1, skip_corrupt_records=True)
+    got = _ids(_collect(ds))
+    good = _ids(_collect(_ds(str(tmp_path / "good.tfrecord"), batch=1)))
+    assert got == good[:6] + [tuple(f["input_ids"]) for f in other]
+    err = capfd.readouterr().err
+    assert (f"warning: --input_file {path}: record 6 at byte {off} is corrupt or truncated: "
+            "skipped the rest of the file (--skip_corrupt_records): 4 record(s), "
+            f"{size - off} bytes lost") in err
+    # Truncated: the partial record is the one lost.
+    path, off = _damaged(tmp_path, "truncated", n=10, at=9)
+    assert len(_collect(_ds(str(path), batch=1, skip_corrupt_records=True, preflight=False))) == 9
+    assert (f"{path}: record 9 at byte {off} is corrupt or truncated: skipped the rest of the "
+            "file (--skip_corrupt_records): 1 record(s), 40 bytes lost") in capfd.readouterr().err
+
+
+def test_a_record_of_another_length_mid_file_is_one_line(tmp_path):
+    path = tmp_path / "mixed.tfrecord"
+    write_pretraining_records(tmp_path / "a", 6, seed=1)
+    write_pretraining_records(tmp_path / "b", 2, seq_len=64, seed=2)
+    path.write_bytes((tmp_path / "a").read_bytes() + (tmp_path / "b").read_bytes())
+    msg = _data_error(_ds(str(path), batch=2))
+    key = msg.split("a record's ")[1].split()[0]  # TF's parser names the first key it rejects
+    assert key in ("input_ids", "input_mask", "segment_ids")
+    assert msg == (
+        f"--input_file: a record's {key} has another length or type than "
+        "--max_seq_length/--max_predictions_per_seq expect: pass the flags the data was made "
+        "with or regenerate the data")

@@ -18,12 +18,25 @@ positions) and each read of an example draws a fresh mask: 15% of the real token
 become [MASK], 10% a random id in [0, vocab_size), 10% stay. [CLS] is position 0 and [SEP]s are
 found from the packing ([CLS] A [SEP] B [SEP]): the last real token of each segment. Randomness is
 stateless, keyed by (seed, pipeline, record index), so it is reproducible and differs per epoch.
+
+Validation: before anything is read, `preflight.check_pretraining_files` checks the leading
+records of every file (one-line `BertError`). While reading, every record is checked in-graph
+(ids < vocab_size, segment ids < type_vocab_size, positions < max_seq_length, NSP label 0/1:
+on GPU/TPU an out-of-range gather would silently return zeros), and each file must be read to
+its last byte: a corrupt or truncated record fails the step with an `InvalidArgumentError` whose
+one-line message names the file, record and byte offset (`explain_data_error` turns it into a
+`BertError`), or with `skip_corrupt_records` the rest of that file is skipped and the lost records
+are counted and logged.
 """
+import concurrent.futures
 import random
+import sys
 
 import tensorflow as tf
 
 from bert_tf import BertError
+from bert_tf.training.preflight import (REGENERATE, check_pretraining_files, check_ranges,
+                                        explain_data_error)  # noqa: F401 (re-exported)
 
 try:
     from bert_tf.pretraining_data.schema import feature_spec
@@ -135,15 +148,16 @@ def dynamic_mask(features, seed, max_predictions_per_seq, vocab_size, mask_id,
 # Shuffling is stateless (keyed by the seed only): tf.data's own shuffle also depends on the
 # global TF seed, which would make a resumed run read a different stream.
 
-def _shuffled_files(files, seed, repeat):
+def _shuffled_files(files, sizes, seed, repeat):
     """Each epoch a fresh permutation of `files` (the original: repeat, then shuffle files)."""
-    names = tf.constant(files)
+    names, lengths = tf.constant(files), tf.constant(sizes, tf.int64)
     key = tf.constant([seed, 0], tf.int64)
 
     def epoch_files(epoch):
         k = tf.random.experimental.stateless_fold_in(key, epoch)
         order = tf.argsort(tf.random.stateless_uniform([len(files)], k))
-        return tf.data.Dataset.from_tensor_slices(tf.gather(names, order))
+        return tf.data.Dataset.from_tensor_slices((tf.gather(names, order),
+                                                   tf.gather(lengths, order)))
 
     epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
     return epochs.flat_map(epoch_files)
@@ -155,29 +169,119 @@ def _block_shuffle(ds, size, seed):
 
     def shuffle_block(index, block):
         k = tf.random.experimental.stateless_fold_in(key, index)
-        order = tf.argsort(tf.random.stateless_uniform([tf.shape(block)[0]], k))
-        return tf.gather(block, order)
+        n = tf.shape(tf.nest.flatten(block)[0])[0]
+        order = tf.argsort(tf.random.stateless_uniform([n], k))
+        return tf.nest.map_structure(lambda t: tf.gather(t, order), block)
 
     return ds.batch(size).enumerate().map(shuffle_block).unbatch()
+
+
+def file_sizes(files):
+    """Byte size of each file (the reader checks that it read every byte)."""
+    if any("://" in f for f in files):  # remote file systems: overlap the round trips
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            return list(pool.map(lambda f: tf.io.gfile.stat(f).length, files))
+    return [tf.io.gfile.stat(f).length for f in files]
+
+
+def _count_records(path, offset, size):
+    """Records (whole or partial) in bytes [offset, size) of `path`, walking the length headers."""
+    rest = tf.strings.substr(tf.io.read_file(path), offset, size - offset)
+    n = size - offset
+
+    def body(pos, count):
+        header = tf.strings.substr(rest, pos, 8)
+        length = tf.cond(tf.strings.length(header) == 8,
+                         lambda: tf.io.decode_raw(header, tf.int64)[0],
+                         lambda: tf.constant(-1, tf.int64))
+        nxt = pos + length + 16
+        return tf.where((length < 0) | (nxt > n), n, nxt), count + 1
+
+    return tf.while_loop(lambda pos, count: pos < n, body,
+                         (tf.constant(0, tf.int64), tf.constant(0, tf.int64)))[1]
+
+
+READ_BLOCK = 256  # records per step of the per-file bookkeeping (its cost is per block)
+
+
+def _read_file(path, size, flag, skip_corrupt_records):
+    """(path, index in file, record) of one TFRecord file, checked to be read to its last byte.
+
+    TF's reader stops a file at a corrupt record (and silently at a partial header); reading it
+    error-tolerantly and comparing the bytes consumed with the file size finds both, and names
+    the file, which TF's DataLossError does not.
+    """
+    blocks = tf.data.TFRecordDataset(path).ignore_errors().batch(READ_BLOCK)
+    marked = blocks.map(lambda b: (b, False)).concatenate(
+        tf.data.Dataset.from_tensors((tf.zeros([0], tf.string), True)))
+
+    def track(state, item):
+        offset, index = state
+        block, last = item
+        n = tf.shape(block, out_type=tf.int64)[0]
+        nbytes = tf.reduce_sum(tf.cast(tf.strings.length(block), tf.int64)) + 16 * n
+        end = (offset + nbytes, index + n)
+        return end, (index + tf.range(n), block, last, end)
+
+    def keep(indices, block, last, end):
+        offset, index = end
+
+        def damaged():
+            where = tf.strings.join([flag, " ", path, ": record ", tf.strings.as_string(index),
+                                     " at byte ", tf.strings.as_string(offset),
+                                     " is corrupt or truncated"])
+            if not skip_corrupt_records:
+                op = tf.debugging.Assert(False, [tf.strings.join([
+                    where, ": copy the file again or ", REGENERATE,
+                    "; or skip the rest of such files with --skip_corrupt_records"])])
+            else:
+                lost = _count_records(path, offset, size)
+                op = tf.print(tf.strings.join([  # stderr: TF's C++ warnings are silenced
+                    "warning: ", where, ": skipped the rest of the file (--skip_corrupt_records): ",
+                    tf.strings.as_string(lost), " record(s), ",
+                    tf.strings.as_string(size - offset), " bytes lost"]),
+                    output_stream=sys.stderr)
+            with tf.control_dependencies([op]):
+                return tf.constant(True)
+
+        # `<`: a file that grew since it was listed is not damaged.
+        check = tf.cond(last & (offset < size), damaged, lambda: tf.constant(True))
+        with tf.control_dependencies([check]):
+            return tf.logical_not(last)
+
+    ds = marked.scan((tf.constant(0, tf.int64), tf.constant(0, tf.int64)), track).filter(keep)
+    ds = ds.map(lambda indices, block, last, end: (tf.fill(tf.shape(block), path), indices, block))
+    return ds.unbatch()
 
 
 def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_predictions_per_seq,
                         is_training, input_context=None, seed=None, dynamic_masking=False,
                         vocab_size=None, mask_id=None, shuffle_buffer_size=1000, cycle_length=8,
-                        skip_batches=0, repeat=None, flag="--input_file"):
+                        skip_batches=0, repeat=None, flag="--input_file", type_vocab_size=None,
+                        skip_corrupt_records=False, preflight=True):
     """The pre-training tf.data.Dataset (see the module docstring).
 
     batch_size: per replica (what `input_context.get_per_replica_batch_size` returns).
     input_context: tf.distribute.InputContext; the files are split over its input pipelines
       (or the records, when there are fewer files than pipelines).
+    vocab_size, type_vocab_size: from bert_config.json; ids are checked against them (pre-flight
+      and in-graph) when given.
     skip_batches: batches of *this pipeline* already consumed (resume); needs a fixed `seed`.
     repeat: default = is_training (evaluation reads the files once, in order).
+    flag: the flag the file pattern came from, named in error messages.
+    skip_corrupt_records: on a corrupt or truncated record, skip the rest of that file and log
+      how many records were lost, instead of failing.
+    preflight: check the leading records of every file first (`preflight.py`); every host and
+      input pipeline does, so all fail alike before any step.
     """
     if batch_size <= 0:
         raise BertError(f"batch size must be > 0, got {batch_size}")
     if dynamic_masking and (vocab_size is None or mask_id is None):
         raise BertError("--dynamic_masking: needs vocab_size and mask_id")
     files = list_files(file_pattern, flag)
+    if preflight:
+        check_pretraining_files(files, max_seq_length, max_predictions_per_seq, vocab_size,
+                                type_vocab_size, flag=flag)
     repeat = is_training if repeat is None else repeat
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
@@ -187,14 +291,16 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     shard_records = num_pipelines > 1 and len(files) < num_pipelines
     if num_pipelines > 1 and not shard_records:
         files = files[pipeline_id::num_pipelines]
+    sizes = file_sizes(files)  # of this pipeline's files only
+    read = lambda path, size: _read_file(path, size, flag, skip_corrupt_records)
     if is_training:
-        ds = _shuffled_files(files, seed, repeat)
-        ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=max(1, min(cycle_length,
-                                                                           len(files))),
+        ds = _shuffled_files(files, sizes, seed, repeat)
+        ds = ds.interleave(read, cycle_length=max(1, min(cycle_length, len(files))),
                            block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
                            deterministic=True)
     else:
-        ds = tf.data.TFRecordDataset(files)
+        ds = tf.data.Dataset.from_tensor_slices((files, tf.constant(sizes, tf.int64)))
+        ds = ds.flat_map(read)
         if repeat:
             ds = ds.repeat()
     if shard_records:
@@ -208,13 +314,24 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     spec = _feature_spec(max_seq_length, max_predictions_per_seq)
     base_seed = tf.constant([seed, 2 + pipeline_id], tf.int64)  # 0, 1: the shuffles
 
-    def parse(index, record):
+    def parse(index, item):
+        path, file_index, record = item
         features = _to_model_inputs(tf.io.parse_single_example(record, spec))
-        if dynamic_masking:
+        if dynamic_masking:  # check the record's own ids and positions before re-masking
+            one = lambda t: tf.expand_dims(t, 0)
+            features = check_ranges(tf.nest.map_structure(one, features), one(path),
+                                    one(file_index), *checks)
+            features = tf.nest.map_structure(lambda t: t[0], features)
             key = tf.random.experimental.stateless_fold_in(base_seed, index)
             features = dynamic_mask(features, key, max_predictions_per_seq, vocab_size, mask_id)
-        return features
+        return features, path, file_index
 
+    checks = (max_seq_length, vocab_size, type_vocab_size, flag)
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch_size, drop_remainder=True)  # static shapes (TPU)
+    if dynamic_masking:
+        ds = ds.map(lambda features, paths, indices: features)
+    else:
+        ds = ds.map(lambda features, paths, indices: check_ranges(features, paths, indices,
+                                                                  *checks))
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,332 @@
+"""bert_tf.training.preflight: every common data mistake is one exact line before any step."""
+import gzip
+import logging
+
+import pytest
+import tensorflow as tf
+
+from bert_tf import BertError
+from bert_tf.training.preflight import (check_file, check_pretraining_files,
+                                        ends_with_whole_record, masked_crc32c, sample_files)
+from conftest import write_pretraining_records
+
+SEQ, PRED, VOCAB = 32, 5, 64
+REGEN = "regenerate the data with create_pretraining_data.py"
+
+
+def _check(files, **kw):
+    kw.setdefault("vocab_size", VOCAB)
+    kw.setdefault("type_vocab_size", 2)
+    return check_pretraining_files([str(f) for f in files], SEQ, PRED, **kw)
+
+
+def _error(files, **kw):
+    with pytest.raises(BertError) as e:
+        _check(files, **kw)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def write_examples(path, features_list):
+    """Write feature dicts (name -> int list, or float list for names in `floats`) as records."""
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for feats in features_list:
+            f = {k: (tf.train.Feature(float_list=tf.train.FloatList(value=v))
+                     if isinstance(v[0], float) else
+                     tf.train.Feature(int64_list=tf.train.Int64List(value=v)))
+                 for k, v in feats.items()}
+            w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
+
+
+def _good(tmp_path, name="good.tfrecord", n=6, **kw):
+    feats = write_pretraining_records(tmp_path / name, n, **kw)
+    return tmp_path / name, feats
+
+
+def test_good_files_pass_and_report_what_was_checked(tmp_path):
+    a, _ = _good(tmp_path, "a.tfrecord")
+    b, _ = _good(tmp_path, "b.tfrecord", n=2)
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+    info = _check([a, b, tmp_path / "empty.tfrecord"])
+    assert (info["files"], info["records"], info["empty_files"]) == (3, 4 + 2, 1)
+
+
+def test_masked_crc_matches_tfrecord_headers(tmp_path):
+    path, _ = _good(tmp_path, n=1)
+    data = path.read_bytes()
+    assert masked_crc32c(data[:8]) == int.from_bytes(data[8:12], "little")
+
+
+def test_text_file_is_not_a_tfrecord(tmp_path):
+    good, _ = _good(tmp_path)
+    text = tmp_path / "corpus.txt"
+    text.write_text("This is a sentence.\nAnother one.\n\nDoc two.\n")
+    assert _error([good, text]) == (
+        f"--input_file {text}: not a TFRecord file (it starts with 'This is a sentence. Anot'): "
+        "pass the TFRecord files written by create_pretraining_data.py")
+
+
+def test_tiny_text_file(tmp_path):
+    text = tmp_path / "note.txt"
+    text.write_text("hello\n")
+    assert _error([text]) == (
+        f"--input_file {text}: not a TFRecord file (6 bytes, it starts with 'hello'): pass the "
+        "TFRecord files written by create_pretraining_data.py")
+
+
+def test_directory_in_the_glob(tmp_path):
+    (tmp_path / "shards").mkdir()
+    assert _error([tmp_path / "shards"]) == (
+        f"--input_file {tmp_path / 'shards'}: is a directory: pass a glob of the files in it, "
+        f"e.g. --input_file={tmp_path / 'shards'}/*")
+
+
+def test_gzip_file(tmp_path):
+    path, _ = _good(tmp_path)
+    gz = tmp_path / "good.tfrecord.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert _error([gz]) == (f"--input_file {gz}: is gzip-compressed: decompress it (pre-training "
+                            "reads uncompressed TFRecords)")
+
+
+def test_seq_length_mismatch(tmp_path):
+    path, _ = _good(tmp_path, seq_len=128, max_pred=PRED, vocab_size=VOCAB)
+    assert _error([path]) == (
+        f"--input_file {path}: record 0: records have input_ids of length 128, not "
+        "--max_seq_length=32: pass --max_seq_length=128 or regenerate the data")
+
+
+def test_max_predictions_mismatch(tmp_path):
+    path, _ = _good(tmp_path, max_pred=20)
+    assert _error([path], flag="--eval_input_file") == (
+        f"--eval_input_file {path}: record 0: records have masked_lm_positions of length 20, not "
+        "--max_predictions_per_seq=5: pass --max_predictions_per_seq=20 or regenerate the data")
+
+
+def test_truncated_shard(tmp_path):
+    path, _ = _good(tmp_path, n=3)
+    data = path.read_bytes()
+    rec = 16 + int.from_bytes(data[:8], "little")
+    rec2 = 16 + int.from_bytes(data[rec:rec + 8], "little")
+    cut = tmp_path / "cut.tfrecord"
+    cut.write_bytes(data[:rec + rec2 + 100])  # record 2 cut 100 bytes in
+    assert _error([cut]) == (
+        f"--input_file {cut}: truncated: record 2 at byte {rec + rec2} needs "
+        f"{int.from_bytes(data[rec + rec2:rec + rec2 + 8], 'little') + 16} bytes, the file ends "
+        f"100 bytes after its start; the shard was cut off: copy it again or {REGEN}")
+    cut.write_bytes(data[:rec + 5])  # inside record 1's header
+    assert _error([cut]) == (
+        f"--input_file {cut}: truncated: the file ends 5 bytes into the header of record 1 "
+        f"(byte {rec}); the shard was cut off: copy it again or {REGEN}")
+
+
+def test_cut_off_end_past_the_leading_records(tmp_path):
+    path, _ = _good(tmp_path, n=12)
+    data = path.read_bytes()
+    for keep in (len(data) - 1, len(data) - 100, len(data) - 330):
+        cut = tmp_path / f"cut-{keep}.tfrecord"
+        cut.write_bytes(data[:keep])
+        assert _error([cut]) == (
+            f"--input_file {cut}: truncated: it does not end with a whole record ({keep} bytes); "
+            f"the shard was cut off: copy it again or {REGEN}")
+        assert ends_with_whole_record(str(cut), keep) is False
+    assert ends_with_whole_record(str(path), len(data)) is True
+    # A last record longer than the largest window looked at: no verdict, no false alarm.
+    assert ends_with_whole_record(str(path), len(data), window=64, max_window=64) is None
+    assert ends_with_whole_record(str(path), len(data), window=64, max_window=4096) is True
+
+
+def test_corrupt_record_checksum_and_header(tmp_path):
+    path, _ = _good(tmp_path, n=3)
+    data = bytearray(path.read_bytes())
+    rec = 16 + int.from_bytes(data[:8], "little")
+    bad = bytearray(data)
+    bad[rec + 20] ^= 0xFF  # a payload byte of record 1
+    (tmp_path / "crc.tfrecord").write_bytes(bytes(bad))
+    assert _error([tmp_path / "crc.tfrecord"]) == (
+        f"--input_file {tmp_path / 'crc.tfrecord'}: corrupt record 1 at byte {rec} (checksum "
+        f"mismatch): the file is damaged: copy it again or {REGEN}")
+    bad = bytearray(data)
+    bad[rec + 2] ^= 0xFF  # record 1's length
+    (tmp_path / "hdr.tfrecord").write_bytes(bytes(bad))
+    assert _error([tmp_path / "hdr.tfrecord"]) == (
+        f"--input_file {tmp_path / 'hdr.tfrecord'}: corrupt header of record 1 at byte {rec}: "
+        f"the file is damaged: copy it again or {REGEN}")
+
+
+def test_ids_beyond_the_vocab(tmp_path):
+    path, feats = _good(tmp_path, vocab_size=3000, seed=4)
+    biggest = max(feats[0]["input_ids"])
+    assert biggest >= VOCAB
+    assert _error([path]) == (
+        f"--input_file {path}: record 0: input_ids has id {biggest} >= vocab_size {VOCAB} of "
+        "--bert_config_file: the data was made with a bigger vocabulary; use the bert_config.json "
+        "of that vocab.txt or regenerate the data")
+    _check([path], vocab_size=3000)  # fine with the vocab it was made with
+
+
+def test_finetuning_records_in_the_glob(tmp_path):
+    good, _ = _good(tmp_path, "a.tfrecord")
+    ft = tmp_path / "train.tf_record"
+    write_examples(ft, [{"input_ids": [1] * SEQ, "input_mask": [1] * SEQ,
+                         "segment_ids": [0] * SEQ, "label_ids": [1], "is_real_example": [1]}])
+    assert _error([good, ft]) == (
+        f"--input_file {ft}: record 0: holds fine-tuning features (input_ids, input_mask, "
+        "is_real_example, label_ids, segment_ids), not pre-training records: remove it from "
+        "--input_file")
+
+
+def _one_bad(tmp_path, **changes):
+    feats = write_pretraining_records(tmp_path / "src.tfrecord", 1)[0]
+    feats.update(changes)
+    path = tmp_path / "bad.tfrecord"
+    write_examples(path, [feats])
+    return path
+
+
+@pytest.mark.parametrize("changes, want", [
+    ({"next_sentence_labels": [2]}, f"next_sentence_labels is [2], must be [0] or [1]: {REGEN}"),
+    ({"masked_lm_positions": [1, 2, 3, 4, SEQ]},
+     f"masked_lm_positions has {SEQ}, outside [0, --max_seq_length={SEQ}): {REGEN}"),
+    ({"segment_ids": [0] * (SEQ - 1) + [2]},
+     "segment_ids has 2, outside [0, type_vocab_size 2) of --bert_config_file: use the matching "
+     "bert_config.json or regenerate the data"),
+    ({"masked_lm_ids": [5, 6, 7, 8, -1]}, f"masked_lm_ids has negative id -1: {REGEN}"),
+    ({"input_mask": [0] * (SEQ - 2) + [1, 3]},
+     f"input_mask has values [0, 1, 3], must be 0/1: {REGEN}"),
+    ({"input_mask": [1] * (SEQ - 1)},
+     f"input_mask has length {SEQ - 1} but input_ids has {SEQ}: the record is malformed; {REGEN}"),
+    ({"masked_lm_weights": [1, 1, 1, 1, 1]},
+     f"masked_lm_weights is a int64_list, expected float_list: not pre-training data; {REGEN}"),
+])
+def test_bad_values(tmp_path, changes, want):
+    path = _one_bad(tmp_path, **changes)
+    assert _error([path]) == f"--input_file {path}: record 0: {want}"
+
+
+def test_missing_features_and_other_protos(tmp_path):
+    feats = write_pretraining_records(tmp_path / "src.tfrecord", 1)[0]
+    del feats["next_sentence_labels"]
+    write_examples(tmp_path / "nonsp.tfrecord", [feats])
+    assert _error([tmp_path / "nonsp.tfrecord"]) == (
+        f"--input_file {tmp_path / 'nonsp.tfrecord'}: record 0: records lack "
+        f"next_sentence_labels: not pre-training data; remove it from --input_file or {REGEN}")
+    write_examples(tmp_path / "other.tfrecord", [{"image_id": [3], "pixels": [0.5, 0.25]}])
+    assert _error([tmp_path / "other.tfrecord"]) == (
+        f"--input_file {tmp_path / 'other.tfrecord'}: record 0: records lack input_ids, "
+        "input_mask, segment_ids, masked_lm_positions, masked_lm_ids, masked_lm_weights, "
+        f"next_sentence_labels: not pre-training data; remove it from --input_file or {REGEN}")
+    with tf.io.TFRecordWriter(str(tmp_path / "raw.tfrecord")) as w:
+        w.write(b"\xff\xff\xff not a proto")
+    assert _error([tmp_path / "raw.tfrecord"]) == (
+        f"--input_file {tmp_path / 'raw.tfrecord'}: record 0: not a tf.train.Example (another "
+        "kind of TFRecord): pass the files written by create_pretraining_data.py")
+
+
+def test_only_the_leading_records_are_read(tmp_path):
+    path = tmp_path / "late.tfrecord"
+    feats = write_pretraining_records(tmp_path / "src.tfrecord", 6)
+    feats[5]["next_sentence_labels"] = [7]
+    write_examples(path, feats)
+    _check([path], records_per_file=5)
+    assert "record 5: next_sentence_labels is [7]" in _error([path], records_per_file=6)
+    assert check_file(str(path), SEQ, PRED, records_per_file=3) == (None, 3)
+
+
+def test_all_empty_and_many_problems(tmp_path, caplog):
+    for i in range(3):
+        (tmp_path / f"e{i}.tfrecord").write_bytes(b"")
+    assert _error(sorted(tmp_path.glob("e*"))) == (
+        f"--input_file: all 3 file(s) are empty (no records): {REGEN}")
+    bad = []
+    for i in range(3):
+        p = tmp_path / f"t{i}.txt"
+        p.write_text("hello world, plain text")
+        bad.append(p)
+    with caplog.at_level(logging.ERROR, logger="bert_tf.training.preflight"):
+        msg = _error(bad)
+    assert msg == (f"--input_file {bad[0]}: not a TFRecord file (it starts with 'hello world, "
+                   "plain text'): pass the TFRecord files written by create_pretraining_data.py "
+                   "(and 2 more file(s) with problems, logged)")
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        f"--input_file {p}" for p in bad]
+
+
+def test_sample_of_many_files_is_even_and_deterministic(tmp_path):
+    files = [f"f{i:05d}" for i in range(10000)]
+    s = sample_files(files, 1000)
+    assert len(s) == 1000 and s[0] == "f00000" and s[-1] == "f09999"
+    assert s == sample_files(files, 1000) and len(set(s)) == 1000
+    assert sample_files(files[:7], 1000) == files[:7]
+    # A sampled check names only files it read, and says so for empty ones.
+    for i in range(5):
+        (tmp_path / f"e{i}.tfrecord").write_bytes(b"")
+    assert _error(sorted(tmp_path.glob("e*")), max_files=2) == (
+        f"--input_file: all 2 checked of 5 file(s) are empty (no records): {REGEN}")
+
+
+def test_run_pretraining_reports_each_mistake_in_one_line_and_writes_nothing(tmp_path):
+    """The issue's table, through run_pretraining.py (one interpreter runs every case)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from conftest import tiny_bert_config
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    config = tmp_path / "bert_config.json"
+    tiny_bert_config(vocab_size=VOCAB).to_json_file(str(config))
+    d = tmp_path / "data"
+    d.mkdir()
+    good, _ = _good(d, "good-0.tfrecord", n=8)
+    (d / "text-0.txt").write_text("This is a sentence.\nAnother one.\n")
+    write_pretraining_records(d / "seq-0.tfrecord", 4, seq_len=64)
+    write_pretraining_records(d / "pred-0.tfrecord", 4, max_pred=20)
+    long, _ = _good(tmp_path, "long.tfrecord", n=40)
+    data = long.read_bytes()
+    (d / "cut-0.tfrecord").write_bytes(data[:-50])  # cut in its last record
+    write_pretraining_records(d / "vocab-0.tfrecord", 4, vocab_size=3000, seed=4)
+    ft = d / "train.tf_record"
+    write_examples(ft, [{"input_ids": [1] * SEQ, "input_mask": [1] * SEQ,
+                         "segment_ids": [0] * SEQ, "label_ids": [1], "is_real_example": [1]}])
+    cases = {  # input files -> what the check says (compared with test_preflight's lines above)
+        "text": ([good, d / "text-0.txt"], check_file(str(d / "text-0.txt"), SEQ, PRED)[0]),
+        "seq": ([d / "seq-0.tfrecord"], check_file(str(d / "seq-0.tfrecord"), SEQ, PRED)[0]),
+        "pred": ([d / "pred-0.tfrecord"], check_file(str(d / "pred-0.tfrecord"), SEQ, PRED)[0]),
+        "cut": ([d / "cut-0.tfrecord"], check_file(str(d / "cut-0.tfrecord"), SEQ, PRED)[0]),
+        "vocab": ([d / "vocab-0.tfrecord"],
+                  check_file(str(d / "vocab-0.tfrecord"), SEQ, PRED, VOCAB)[0]),
+        "finetuning": ([good, ft], check_file(str(ft), SEQ, PRED)[0]),
+    }
+    assert all(want for _, want in cases.values())
+    assert "does not end with a whole record" in cases["cut"][1]
+    assert "holds fine-tuning" in cases["finetuning"][1]
+    argv = {}
+    for name, (files, _) in cases.items():
+        argv[name] = [f"--bert_config_file={config}", f"--input_file={','.join(map(str, files))}",
+                      f"--output_dir={tmp_path / name}", "--max_seq_length=32",
+                      "--max_predictions_per_seq=5", "--train_batch_size=4",
+                      "--eval_batch_size=4", "--num_train_steps=2", "--num_warmup_steps=1",
+                      "--do_train" if name != "pred" else "--do_eval"]
+    driver = (
+        "import sys, json\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import run_pretraining as rp\n"
+        "out = {}\n"
+        "for name, argv in json.loads(sys.argv[2]).items():\n"
+        "    rp.FLAGS.unparse_flags()\n"
+        "    rp.FLAGS(['run_pretraining.py'] + argv)\n"
+        "    try:\n"
+        "        rp.main([])\n"
+        "        out[name] = 'no error'\n"
+        "    except SystemExit as e:\n"
+        "        out[name] = e.code\n"
+        "print(json.dumps(out))\n")
+    res = subprocess.run([sys.executable, "-c", driver, repo, json.dumps(argv)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    for name, (_, want) in cases.items():
+        assert got[name] == f"error: {want}", name
+        out = tmp_path / name
+        assert not out.exists() or not list(out.iterdir()), (name, list(out.iterdir()))
