@@ -127,8 +127,9 @@ def test_export_script_from_original_tf1_checkpoint(tmp_path):
     cfg = tiny_bert_config(vocab_size=len(vocab))
     cfg.to_json_file(str(tmp_path / "bert_config.json"))
     keras.utils.set_random_seed(5)
-    prefix = checkpoints.save_tf1_checkpoint(build_model(BertPretrainer(cfg)),
-                                             str(tmp_path / "bert_model.ckpt"))
+    prefix = checkpoints.save_tf1_checkpoint(
+        build_model(BertPretrainer(BertEncoder.from_bert_config(cfg))),
+        str(tmp_path / "bert_model.ckpt"))
     assert checkpoints.is_tf1_checkpoint(prefix)
     proc = _script([f"--bert_config_file={tmp_path / 'bert_config.json'}",
                     f"--vocab_file={tmp_path / 'vocab.txt'}", f"--init_checkpoint={prefix}",

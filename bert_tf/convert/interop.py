@@ -34,22 +34,15 @@ def build_bert_model(bert_config, with_pretraining_heads=False):
     Returns: the built model.
     """
     from bert_tf.modeling import models as bm
-    from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
-    if with_pretraining_heads:
-        return bm.build_model(bm.BertPretrainer(bert_config))
+    from bert_tf.modeling.encoder import BertEncoder
     enc = BertEncoder.from_bert_config(bert_config, name="encoder")
-    enc(dummy_inputs(), training=False)
-    return enc
+    return bm.build_model(bm.BertPretrainer(enc) if with_pretraining_heads else enc)
 
 
 def encoder_of(model):
     """The built BertEncoder of a bert_tf model (BertError if there is none)."""
-    from bert_tf.export import common
-    enc = common.find_encoder(model)
-    if enc is None:
-        raise BertError(f"expected a BertEncoder or a bert_tf model, got {type(model).__name__}")
-    common.ensure_built(model)
-    return enc
+    from bert_tf.modeling import models as bm
+    return bm.find_encoder(bm.ensure_built(model))
 
 
 def tf1_variables(model):

@@ -28,7 +28,6 @@ import bert_tf  # noqa: F401
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.modeling import models as bm
 from bert_tf import tokenization
 from bert_tf.export import common
 from bert_tf.export.preprocessor import (TEXT_B_SPEC, TEXT_SPEC, TextPreprocessor,
@@ -39,9 +38,7 @@ MASK_LITERAL = tokenization.MASK
 
 
 def _check_task_model(model, task):
-    expected = {"fill_mask": bm.BertPretrainer, "classification": bm.BertClassifier,
-                "regression": bm.BertClassifier, "span": bm.BertSpanLabeler,
-                "tagging": bm.BertTokenClassifier}
+    expected = common.TASK_MODEL_CLASSES
     if task not in TASKS:
         raise BertError(f"--task: unknown task {task!r}; expected one of {', '.join(TASKS)}")
     if task == "embeddings":
