@@ -434,28 +434,31 @@ def test_tokenize_and_pack_use_only_serving_safe_ops(tokenizers, pair_fn):
     lower, py, tg = tokenizers
     ops = serving_ops.ops_in_concrete_function(pair_fn.get_concrete_function())
     serving_ops.check_serving_safe(ops)
-    assert {"RegexSplitWithOffsets", "WordpieceTokenizeWithOffsets", "LookupTableFindV2",
-            "StaticRegexReplace"} <= ops
+    # Fast path (TF Serving >= 2.12) and the exact path's composed steps.
+    assert {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "StaticRegexFullMatch",
+            "RegexSplitWithOffsets", "StaticRegexReplace"} <= ops
     assert ("NormalizeUTF8" in ops) == lower
-    assert not any(op.startswith(("FastBert", "FastWordpiece", "TFText>")) for op in ops)
+    assert not any(op.startswith("TFText>") for op in ops)
     assert not ops & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
 
 
-def test_fast_bert_tokenizer_is_flagged():
+def test_fast_bert_allowed_newer_tf_text_ops_flagged():
     tok = tf_text.FastBertTokenizer(vocab=["[UNK]", "a", "##b"], lower_case_nfd_strip_accents=True)
+    trimmer = tf_text.RoundRobinTrimmer(max_seq_length=4)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def fn(x):
-        return tok.tokenize(x)
+        ids = tok.tokenize(x)
+        return trimmer.trim([ids, ids])
 
     ops = serving_ops.ops_in_concrete_function(fn.get_concrete_function())
     assert {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets"} <= ops
+    assert serving_ops.unsafe_ops(ops) == ["TFText>RoundRobinTrim"]
     with pytest.raises(bert_tf.BertError) as e:
-        serving_ops.check_serving_safe(ops, what="fast_bert")
+        serving_ops.check_serving_safe(ops, what="trim")
     msg = str(e.value)
-    assert msg.startswith("fast_bert: ") and "FastBertNormalize" in msg
-    assert "FastWordpieceTokenizeWithOffsets" in msg and "\n" not in msg
-    assert "RegexSplitWithOffsets" not in msg
+    assert msg.startswith("trim: ") and "TFText>RoundRobinTrim" in msg and ">= 2.12" in msg
+    assert "FastBertNormalize" not in msg and "\n" not in msg
 
 
 def test_py_function_and_unknown_ops_are_flagged():
@@ -481,7 +484,7 @@ def test_saved_model_ops_assets_and_round_trip(tokenizers, tmp_path):
     assert os.listdir(os.path.join(export_dir, "assets")) == ["vocab.txt"]
     ops = serving_ops.ops_in_saved_model(export_dir)
     serving_ops.check_serving_safe(ops, what=export_dir)
-    assert {"RegexSplitWithOffsets", "WordpieceTokenizeWithOffsets",
+    assert {"RegexSplitWithOffsets", "FastWordpieceTokenizeWithOffsets", "FastBertNormalize",
             "InitializeTableFromTextFileV2"} <= ops
     # Loading reads the vocab from assets/, not from the original path.
     os.rename(py.vocab_file, py.vocab_file + ".moved")

@@ -41,6 +41,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_tf import BertError
+from bert_tf.tokenization import fast_path
 from bert_tf.tokenization import wordpiece as tokenization
 
 # Python control flow here is static (config, not tensors): skip autograph's slow conversion.
@@ -253,20 +254,28 @@ class BertTextTokenizer(tf.Module):
         cls = char_classes()
         self._delete_re = cls["delete"] + "+"
         self._space_re = cls["space"]
-        self._cjk_re = "(" + cls["cjk"] + ")"
         self._mn_re = cls["mn"] + "+"
-        self._split_re = " +|" + cls["punct"]
-        self._keep_re = cls["punct"]
+        # CJK ideographs are split off like punctuation (same words as spacing them out first:
+        # lower-casing and NFD map CJK ideographs to CJK ideographs and nothing else to them).
+        self._keep_re = cls["punct"][:-1] + cls["cjk"][1:]
+        self._split_re = " +|" + self._keep_re
+        # Fast path for rows made of characters on which the Fast* ops agree with the original.
+        try:
+            self._fast = fast_path.FastPath(tokenization.vocab_tokens(table_file),
+                                            self.do_lower_case)
+        except RuntimeError:  # FastWordpiece refuses a vocab with no plain word in it
+            self._fast = None
+        self._fast_re = _re2_class(_mask_ranges(fast_path.fast_mask(self.do_lower_case))) + "*"
         if self.do_lower_case:
             self._case_fixups = case_fixups()
-            specials = [_SIGMA] + [src for src, _ in self._case_fixups]
-            self._special_re = "(?s).*[" + "".join(f"\\x{{{ord(c):X}}}" for c in specials) + "].*"
+            fixups = "".join(f"\\x{{{ord(src):X}}}" for src, _ in self._case_fixups)
+            self._fixup_re = f"(?s).*[{fixups}].*"
 
     @_no_autograph
-    def _lower_special(self, x):
+    def _lower_fixups(self, x):
         for src, dst in self._case_fixups:
             x = tf.strings.regex_replace(x, f"\\x{{{ord(src):X}}}", dst)
-        return _resolve_capital_sigma(x)
+        return x
 
     @_no_autograph
     def basic_tokenize(self, strings):
@@ -277,14 +286,16 @@ class BertTextTokenizer(tf.Module):
         x = tf.strings.unicode_transcode(x, "UTF-8", "UTF-8", errors="ignore")
         x = tf.strings.regex_replace(x, self._delete_re, "")
         x = tf.strings.regex_replace(x, self._space_re, " ")
-        x = tf.strings.regex_replace(x, self._cjk_re, " \\1 ")
         if self.do_lower_case:
             # ASCII first, without ICU: ICU lower-cases with the process locale (tr/az: I -> ı).
             x = tf.strings.lower(x)
-            # Rare characters (capital sigma, case mappings newer than ICU's): exact path only
-            # for batches that contain them.
-            x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, self._special_re)),
-                        lambda: self._lower_special(x), lambda: tf.identity(x))
+            # Rare characters (case mappings newer than ICU's, capital sigma): their exact
+            # paths run only for batches that contain them.
+            if self._case_fixups:
+                x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, self._fixup_re)),
+                            lambda: self._lower_fixups(x), lambda: tf.identity(x))
+            x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, "(?s).*\u03a3.*")),
+                        lambda: _resolve_capital_sigma(x), lambda: tf.identity(x))
             x = tf.strings.lower(x, encoding="utf-8")
             x = tf_text.normalize_utf8(x, "NFD")
             x = tf.strings.regex_replace(x, self._mn_re, "")
@@ -303,8 +314,39 @@ class BertTextTokenizer(tf.Module):
     @_no_autograph
     def tokenize(self, strings):
         """int64 RaggedTensor [batch, words, pieces] of vocab ids."""
-        pieces = self.tokenize_to_pieces(strings)
-        return pieces.with_flat_values(self._table.lookup(pieces.flat_values))
+        x = tf.convert_to_tensor(strings, dtype=tf.string)
+        if x.shape.rank == 0:
+            x = tf.reshape(x, [1])
+        if self._fast is None:
+            return self._exact_ids(x)
+        fast = tf.strings.regex_full_match(x, self._fast_re)
+
+        def all_fast():
+            words, long_rows = self._fast.tokenize(x)
+            return tf.cond(tf.reduce_any(long_rows), lambda: self._mixed(x, fast),
+                           lambda: words)
+        return tf.cond(tf.reduce_all(fast), all_fast, lambda: self._mixed(x, fast))
+
+    def _exact_ids(self, x):
+        if self._fast is None or self._fast.word_wordpiece is None:
+            pieces = self.tokenize_to_pieces(x)
+            return pieces.with_flat_values(self._table.lookup(pieces.flat_values))
+        words = self.basic_tokenize(x)
+        # Words over 200 characters -> a word over the op's byte limit -> [UNK].
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > _MAX_CHARS
+        words = words.with_flat_values(
+            tf.where(too_long, fast_path.OVERSIZED_WORD, words.flat_values))
+        return self._fast.word_wordpiece.tokenize(words)
+
+    def _mixed(self, x, fast):
+        """Fast path on the rows marked fast, exact path on the others; rows in input order."""
+        fast_rows = tf.where(fast)[:, 0]
+        words, long_rows = self._fast.tokenize(tf.gather(x, fast_rows))
+        keep = tf.where(~long_rows)[:, 0]
+        exact_rows = tf.concat([tf.where(~fast)[:, 0], tf.boolean_mask(fast_rows, long_rows)], 0)
+        merged = tf.concat([tf.gather(words, keep), self._exact_ids(tf.gather(x, exact_rows))], 0)
+        order = tf.math.invert_permutation(tf.concat([tf.gather(fast_rows, keep), exact_rows], 0))
+        return tf.gather(merged, order)
 
 
 # ----------------------------------------------------------------------------------------------
