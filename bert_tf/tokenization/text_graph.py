@@ -157,6 +157,28 @@ def _sigma_context_tables():
     return split(_mask_ranges(cased)), split(_mask_ranges(ignorable))
 
 
+@functools.lru_cache(maxsize=None)
+def sigma_risky_class():
+    """RE2 class of the characters next to which ICU's final-sigma rule may differ from
+    Python's: those ICU reads as Cased / Case_Ignorable differently (another Unicode version).
+
+    Probed through both lower-casings: "cΣ" (c cased), "AΣcB" (c skipped), "AcΣ" (c cased or
+    skipped). Only rows with capital sigma and such a character need `_resolve_capital_sigma`.
+    """
+    cats = _categories()
+    cps = [cp for cp in range(_NUM_CPS) if not cats[cp].startswith("C")]
+    probes = []
+    for cp in cps:
+        c = chr(cp)
+        probes += [c + _SIGMA, "A" + _SIGMA + c + "B", "A" + c + _SIGMA]
+    with tf.init_scope():
+        icu = tf.strings.lower(probes, encoding="utf-8").numpy()
+    differs = np.array([a != b.lower().encode("utf-8") for a, b in zip(icu, probes)])
+    risky = np.zeros(_NUM_CPS, bool)
+    risky[np.array(cps)[differs.reshape(-1, 3).any(axis=1)]] = True
+    return _re2_class(_mask_ranges(risky))
+
+
 def _in_ranges(cps, ranges):
     starts = tf.constant(ranges[0], tf.int32)
     ends = tf.constant(ranges[1], tf.int32)
@@ -270,6 +292,8 @@ class BertTextTokenizer(tf.Module):
             self._case_fixups = case_fixups()
             fixups = "".join(f"\\x{{{ord(src):X}}}" for src, _ in self._case_fixups)
             self._fixup_re = f"(?s).*[{fixups}].*"
+            risky = sigma_risky_class()
+            self._sigma_re = f"(?s).*(\\x{{3A3}}.*{risky}|{risky}.*\\x{{3A3}}).*"
 
     @_no_autograph
     def _lower_fixups(self, x):
@@ -294,7 +318,7 @@ class BertTextTokenizer(tf.Module):
             if self._case_fixups:
                 x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, self._fixup_re)),
                             lambda: self._lower_fixups(x), lambda: tf.identity(x))
-            x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, "(?s).*\u03a3.*")),
+            x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, self._sigma_re)),
                         lambda: _resolve_capital_sigma(x), lambda: tf.identity(x))
             x = tf.strings.lower(x, encoding="utf-8")
             x = tf_text.normalize_utf8(x, "NFD")
