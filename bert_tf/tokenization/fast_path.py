@@ -109,6 +109,30 @@ def fast_mask(do_lower_case):
     return mask
 
 
+@functools.lru_cache(maxsize=None)
+def split_risky_mask():
+    """bool [0x110000]: characters of normalized text that FastWordpiece's own splitting
+    (whitespace, punctuation, CJK) treats differently from the original."""
+    from bert_tf.tokenization import text_graph
+    cats = text_graph._categories()
+    cps = np.flatnonzero(~text_graph._deleted_mask() & (cats != "Cs"))
+    _, wordpiece = _fast_ops(False, ["[UNK]", "zz"], "[UNK]")
+    with tf.init_scope():
+        _, starts, _ = wordpiece.tokenize_with_offsets(tf.constant([f"a{chr(c)}b" for c in cps]))
+        counts = np.diff(starts.row_splits.numpy())
+    punct = np.char.startswith(cats, "P")
+    for lo, hi in ((33, 47), (58, 64), (91, 96), (123, 126)):
+        punct[lo:hi + 1] = True
+    for lo, hi in tokenization._CJK_RANGES:
+        punct[lo:hi + 1] = True
+    space = np.array([chr(c).isspace() for c in cps])
+    want = np.where(space, 2, np.where(punct[cps], 3, 1))
+    mask = np.zeros(_NUM_CPS, bool)
+    mask[cps] = counts != want
+    mask[ord(" ")] = False
+    return mask
+
+
 class FastPath:
     """FastBertNormalize + FastWordpiece over a batch; ids as [batch, words, pieces].
 
@@ -138,19 +162,24 @@ class FastPath:
         # punctuation); every later piece is one.
         self._first = tf.constant([not (t.startswith("##") and len(t) > 2) for t in tokens])
 
-    def tokenize(self, x):
-        """x: string [n] -> (int64 RaggedTensor [n, words, pieces], bool [n]: row has a word
-        over MAX_WORD_BYTES, whose ids are not the original's)."""
-        ids, starts, ends = self.wordpiece.tokenize_with_offsets(self.normalizer.normalize(x))
-        splits = ids.row_splits
+    def words(self, text):
+        """Normalized text [n] -> (int64 RaggedTensor [n, words, pieces], bool per piece:
+        the piece is a word over MAX_WORD_BYTES, whose ids are not the original's)."""
+        ids, starts, ends = self.wordpiece.tokenize_with_offsets(text)
         flat = ids.values
-        zero = tf.zeros([1], tf.int64)
-        too_long = tf.cast(ends.values - starts.values > MAX_WORD_BYTES, tf.int64)
-        long_sum = tf.gather(tf.concat([zero, tf.cumsum(too_long)], 0), splits)
-        long_rows = long_sum[1:] > long_sum[:-1]
-        first = tf.gather(self._first, flat)
-        word_count = tf.concat([zero, tf.cumsum(tf.cast(first, tf.int64))], 0)
-        pieces = tf.RaggedTensor.from_row_starts(flat, tf.where(first)[:, 0], validate=False)
-        words = tf.RaggedTensor.from_row_splits(pieces, tf.gather(word_count, splits),
-                                                validate=False)
-        return words, long_rows
+        # Word boundaries: before every first piece, and at the end.
+        bounds = tf.concat([tf.gather(self._first, flat), [True]], 0)
+        piece_splits = tf.reshape(tf.where(bounds), [-1])
+        words_before = tf.cumsum(tf.cast(bounds, tf.int64), exclusive=True)
+        words = tf.RaggedTensor.from_nested_row_splits(
+            flat, [tf.gather(words_before, ids.row_splits), piece_splits], validate=False)
+        return words, ends.values - starts.values > MAX_WORD_BYTES
+
+    def tokenize(self, x):
+        """x: string [n] -> (int64 RaggedTensor [n, words, pieces], bool [n]: the row has a
+        word over MAX_WORD_BYTES)."""
+        words, too_long = self.words(self.normalizer.normalize(x))
+        piece_splits = tf.gather(words.values.row_splits, words.row_splits)
+        count = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.cast(too_long, tf.int64))], 0)
+        count = tf.gather(count, piece_splits)
+        return words, count[1:] > count[:-1]

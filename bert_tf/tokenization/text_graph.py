@@ -288,6 +288,8 @@ class BertTextTokenizer(tf.Module):
         except RuntimeError:  # FastWordpiece refuses a vocab with no plain word in it
             self._fast = None
         self._fast_re = _re2_class(_mask_ranges(fast_path.fast_mask(self.do_lower_case))) + "*"
+        risky = fast_path.split_risky_mask()
+        self._split_risky_re = f"(?s).*{_re2_class(_mask_ranges(risky))}.*" if risky.any() else None
         if self.do_lower_case:
             self._case_fixups = case_fixups()
             fixups = "".join(f"\\x{{{ord(src):X}}}" for src, _ in self._case_fixups)
@@ -302,19 +304,17 @@ class BertTextTokenizer(tf.Module):
         return x
 
     @_no_autograph
-    def basic_tokenize(self, strings):
-        """BasicTokenizer: string [batch] -> string RaggedTensor [batch, words]."""
-        x = tf.convert_to_tensor(strings, dtype=tf.string)
-        if x.shape.rank == 0:
-            x = tf.reshape(x, [1])
+    def normalize(self, x):
+        """The original's text cleaning and (if lower-casing) lower-casing + accent stripping:
+        string [batch] -> string [batch], words separated by spaces (not yet split)."""
         x = tf.strings.unicode_transcode(x, "UTF-8", "UTF-8", errors="ignore")
         x = tf.strings.regex_replace(x, self._delete_re, "")
         x = tf.strings.regex_replace(x, self._space_re, " ")
         if self.do_lower_case:
             # ASCII first, without ICU: ICU lower-cases with the process locale (tr/az: I -> ı).
             x = tf.strings.lower(x)
-            # Rare characters (case mappings newer than ICU's, capital sigma): their exact
-            # paths run only for batches that contain them.
+            # Rare characters (case mappings newer than ICU's, capital sigma next to characters
+            # ICU classifies differently): their exact paths run only for batches with them.
             if self._case_fixups:
                 x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, self._fixup_re)),
                             lambda: self._lower_fixups(x), lambda: tf.identity(x))
@@ -323,7 +323,16 @@ class BertTextTokenizer(tf.Module):
             x = tf.strings.lower(x, encoding="utf-8")
             x = tf_text.normalize_utf8(x, "NFD")
             x = tf.strings.regex_replace(x, self._mn_re, "")
-        words, _, _ = tf_text.regex_split_with_offsets(x, self._split_re, self._keep_re)
+        return x
+
+    @_no_autograph
+    def basic_tokenize(self, strings):
+        """BasicTokenizer: string [batch] -> string RaggedTensor [batch, words]."""
+        x = tf.convert_to_tensor(strings, dtype=tf.string)
+        if x.shape.rank == 0:
+            x = tf.reshape(x, [1])
+        words, _, _ = tf_text.regex_split_with_offsets(self.normalize(x), self._split_re,
+                                                       self._keep_re)
         return words
 
     @_no_autograph
@@ -345,11 +354,24 @@ class BertTextTokenizer(tf.Module):
             return self._exact_ids(x)
         fast = tf.strings.regex_full_match(x, self._fast_re)
 
-        def all_fast():
-            words, long_rows = self._fast.tokenize(x)
-            return tf.cond(tf.reduce_any(long_rows), lambda: self._mixed(x, fast),
-                           lambda: words)
-        return tf.cond(tf.reduce_all(fast), all_fast, lambda: self._mixed(x, fast))
+        def with_exact_rows():
+            # The exact normalization on the other rows, then one FastWordpiece call for all
+            # (its splitting is the original's except next to `split_risky` characters).
+            rows = tf.where(~fast)
+            text = self.normalize(tf.gather_nd(x, rows))
+            risky = tf.constant(False)
+            if self._split_risky_re:
+                risky = tf.reduce_any(tf.strings.regex_full_match(text, self._split_risky_re))
+            return tf.tensor_scatter_nd_update(self._fast.normalizer.normalize(x), rows,
+                                               text), risky
+
+        text, risky = tf.cond(tf.reduce_all(fast),
+                              lambda: (self._fast.normalizer.normalize(x), tf.constant(False)),
+                              with_exact_rows)
+        words, too_long = self._fast.words(text)
+        # Rare: a word over 200 bytes or a risky character -> row by row (_mixed).
+        return tf.cond(risky | tf.reduce_any(too_long), lambda: self._mixed(x, fast),
+                       lambda: words)
 
     def _exact_ids(self, x):
         if self._fast is None or self._fast.word_wordpiece is None:
