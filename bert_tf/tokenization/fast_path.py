@@ -162,10 +162,14 @@ class FastPath:
         # punctuation); every later piece is one.
         self._first = tf.constant([not (t.startswith("##") and len(t) > 2) for t in tokens])
 
-    def words(self, text):
-        """Normalized text [n] -> (int64 RaggedTensor [n, words, pieces], bool per piece:
-        the piece is a word over MAX_WORD_BYTES, whose ids are not the original's)."""
+    def words(self, text, by_word=True):
+        """Normalized text [n] -> (int64 RaggedTensor [n, words, pieces] ([n, pieces] unless
+        by_word), bool per piece: the piece is a word over MAX_WORD_BYTES, whose ids are not the
+        original's)."""
         ids, starts, ends = self.wordpiece.tokenize_with_offsets(text)
+        too_long = ends.values - starts.values > MAX_WORD_BYTES
+        if not by_word:
+            return ids, too_long
         flat = ids.values
         # Word boundaries: before every first piece, and at the end.
         bounds = tf.concat([tf.gather(self._first, flat), [True]], 0)
@@ -173,7 +177,7 @@ class FastPath:
         words_before = tf.cumsum(tf.cast(bounds, tf.int64), exclusive=True)
         words = tf.RaggedTensor.from_nested_row_splits(
             flat, [tf.gather(words_before, ids.row_splits), piece_splits], validate=False)
-        return words, ends.values - starts.values > MAX_WORD_BYTES
+        return words, too_long
 
     def tokenize(self, x):
         """x: string [n] -> (int64 RaggedTensor [n, words, pieces], bool [n]: the row has a
