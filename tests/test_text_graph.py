@@ -165,6 +165,59 @@ def test_shapes_and_special_ids(tokenizers):
     assert to_lists(tg.tokenize(tf.constant("Hello"))) == [py_ids_by_word(py, "Hello")]
 
 
+def test_fast_and_exact_rows_mixed_in_one_batch(tokenizers):
+    lower, py, tg = tokenizers
+    plain = ["The keeper trimmed the wicks, polished the lens.", "Zoë wrote: “ok” — 42%", ""]
+    odd = ["bell\x07here", "ΟΔΥΣΣΕΥΣ ΣΑΣ", "ab\u200bcd", "Stra\u00dfe \ufb01ne ½"]
+    fast = tf.strings.regex_full_match(tf.constant(plain + odd), tg._fast_re).numpy().tolist()
+    # Plain prose takes the Fast ops; deleted characters take the exact path; the rest depends
+    # on the case (FastBertNormalize folds ß/ﬁ/½ and knows no final sigma when lower-casing).
+    assert fast[:3] == [True] * 3 and fast[3:5] == [False, not lower]
+    texts = [t for pair in zip(plain + plain[:1], odd) for t in pair]  # interleaved rows
+    assert graph_ids_by_word(tg, texts) == [py_ids_by_word(py, t) for t in texts]
+    flat = to_lists(tf.function(tg.tokenize_flat)(tf.constant(texts)))
+    assert flat == [py.convert_tokens_to_ids(py.tokenize(t)) for t in texts]
+
+
+LONG_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "\u0436\u0436", "##\u0436\u0436",
+              "##\u0436", "word", "##s"]
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_words_over_200_bytes_but_not_200_chars(lower, tmp_path):
+    """The Fast op's limit is in bytes: a word of 101..200 two-byte characters is still
+    WordPiece'd (the original counts characters); 201 characters -> [UNK]."""
+    path = tmp_path / "v.txt"
+    path.write_text("".join(t + "\n" for t in LONG_VOCAB), encoding="utf-8")
+    py = tokenization.FullTokenizer(str(path), do_lower_case=lower)
+    tg = text_graph.BertTextTokenizer(str(path), do_lower_case=lower)
+    fn = traced_tokenize(tg)
+    for texts in (["\u0436" * 101], ["\u0436" * 200, "words"], ["words \u0436" * 201, "word"]):
+        want = [py_ids_by_word(py, t) for t in texts]
+        assert graph_ids_by_word(tg, texts) == want
+        assert to_lists(fn(tf.constant(texts))) == want
+    assert len(py_ids_by_word(py, "\u0436" * 200)[0]) == 100
+
+
+def test_vocab_without_plain_words_and_with_long_tokens(tmp_path):
+    # FastWordpiece refuses a vocab of bracketed tokens only: the exact path does it all.
+    path = tmp_path / "v.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
+    tg = text_graph.BertTextTokenizer(str(path))
+    assert tg._fast is None
+    assert graph_ids_by_word(tg, ["Hello, world", ""]) == [[[1], [1], [1]], []]
+    # A 300-byte token (over FastWordpiece's 256) still matches its 150-character word.
+    long_token = "\u0436" * 150
+    path = tmp_path / "long.txt"  # a new name: TF shares a file-initialized table by file name
+    path.write_text("".join(t + "\n" for t in LONG_VOCAB + [long_token]), encoding="utf-8")
+    py = tokenization.FullTokenizer(str(path))
+    tg = text_graph.BertTextTokenizer(str(path))
+    assert tg._fast is not None and tg._fast.word_wordpiece is None
+    texts = [long_token + " words", "\u0436" * 151]
+    assert graph_ids_by_word(tg, texts) == [[[10], [8, 9]], [[10, 7]]]
+    assert graph_ids_by_word(tg, texts) == [py_ids_by_word(py, t) for t in texts]
+
+
 REF_VOCAB = ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing", ",",
              "[MASK]"]
 
