@@ -10,7 +10,8 @@ serving signatures at batch 1 and 32 on real sentences (tests/data/sample_text.t
 
 Prints p50/p99 latency (ms), CPU time per call and sequences/s per row, and text-in / ids-in
 ratios (target at batch 1 and 32: <= 1.1). Rows take turns call by call (interleaved), so load
-from other processes hits them alike; the CPU-time ratio is the steadier one on a busy machine. Vocab: the sample text's words plus generated filler up to vocab_size.
+from other processes hits them alike; the CPU-time ratio is the steadier one on a busy machine.
+Vocab: the sample text's words plus generated filler up to vocab_size.
 
   .venv/bin/python bench/serving_latency.py                    # tiny config
   .venv/bin/python bench/serving_latency.py --configs tiny,base --iters 30
@@ -112,11 +113,13 @@ def run_config(name, cfg_path, iters, work):
         }, iters)
         for row, (t, c) in rows.items():
             print(f"{name:5s} batch {batch_size:2d} {row:14s} p50 {1e3 * np.median(t):8.2f} ms  "
-                  f"p99 {1e3 * np.percentile(t, 99):8.2f} ms  cpu p50 {1e3 * np.median(c):8.2f} ms  "
+                  f"p99 {1e3 * np.percentile(t, 99):8.2f} ms  "
+                  f"cpu p50 {1e3 * np.median(c):8.2f} ms  "
                   f"{batch_size / np.median(t):9.1f} seq/s", flush=True)
         wall = {row: np.median(t) for row, (t, _) in rows.items()}
         cpu = {row: np.median(c) for row, (_, c) in rows.items()}
-        print(f"{name:5s} batch {batch_size:2d} ratio text-in/ids-in {wall['text-in'] / wall['ids-in']:.2f}x"
+        print(f"{name:5s} batch {batch_size:2d} ratio text-in/ids-in "
+              f"{wall['text-in'] / wall['ids-in']:.2f}x"
               f" (cpu {cpu['text-in'] / cpu['ids-in']:.2f}x)  py-tok+ids-in/ids-in "
               f"{wall['py-tok+ids-in'] / wall['ids-in']:.2f}x (cpu "
               f"{cpu['py-tok+ids-in'] / cpu['ids-in']:.2f}x)", flush=True)

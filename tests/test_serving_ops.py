@@ -1,4 +1,4 @@
-"""TF Serving op policy: minimum version 2.12, its tf_text ops allowed, newer ones and PyFunc not."""
+"""TF Serving op policy: minimum 2.12, its tf_text ops allowed, newer ones and PyFunc denied."""
 import json
 
 import pytest

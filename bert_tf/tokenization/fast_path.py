@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from bert_tf.tokenization import char_tables
 from bert_tf.tokenization import wordpiece as tokenization
 
 MAX_WORD_BYTES = tokenization.MAX_INPUT_CHARS_PER_WORD  # bytes; longer words -> exact path
@@ -63,11 +64,10 @@ def _words(text, punct):
 def fast_mask(do_lower_case):
     """bool [0x110000]: code points on which the fast path gives the original's words."""
     import unicodedata
-    from bert_tf.tokenization import text_graph  # tables shared with the exact path
-    deleted = text_graph._deleted_mask()
+    deleted = char_tables._deleted_mask()
     # Unassigned and private-use code points (most of the range) are deleted by the original
     # and never fast; the other deleted ones (controls, format characters) are probed.
-    cats = text_graph._categories()
+    cats = char_tables._categories()
     cps = np.flatnonzero((cats != "Cn") & (cats != "Co") & (cats != "Cs"))
     texts = [f"a{chr(cp)}b {chr(cp)}" for cp in cps]
     normalizer, wordpiece = _fast_ops(do_lower_case, ["[UNK]", "zz"], "[UNK]")
@@ -113,9 +113,8 @@ def fast_mask(do_lower_case):
 def split_risky_mask():
     """bool [0x110000]: characters of normalized text that FastWordpiece's own splitting
     (whitespace, punctuation, CJK) treats differently from the original."""
-    from bert_tf.tokenization import text_graph
-    cats = text_graph._categories()
-    cps = np.flatnonzero(~text_graph._deleted_mask() & (cats != "Cs"))
+    cats = char_tables._categories()
+    cps = np.flatnonzero(~char_tables._deleted_mask() & (cats != "Cs"))
     _, wordpiece = _fast_ops(False, ["[UNK]", "zz"], "[UNK]")
     with tf.init_scope():
         _, starts, _ = wordpiece.tokenize_with_offsets(tf.constant([f"a{chr(c)}b" for c in cps]))
@@ -148,7 +147,8 @@ class FastPath:
         # longer tokens never match and are replaced by unmatchable ones (ids stay in place).
         limit = MAX_WORD_BYTES + 2
         sizes = [len(t.encode("utf-8")) for t in tokens]
-        short = [t if n <= limit else f"[long token {i}]" for i, (t, n) in enumerate(zip(tokens, sizes))]
+        short = [t if n <= limit else f"[long token {i}]"
+                 for i, (t, n) in enumerate(zip(tokens, sizes))]
         self.normalizer, self.wordpiece = _fast_ops(do_lower_case, short, unk_token)
         # WordPiece for the exact path's words (up to 800 bytes). FastWordpiece holds tokens of
         # up to 256 bytes; a vocab with longer ones keeps the table-based op (None here).
