@@ -292,6 +292,29 @@ def test_every_code_point_matches_python(lower, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("lower", [True, False])
+def test_fast_path_words_match_python_on_every_fast_code_point(lower):
+    """The fast path's words (read off FastWordpiece's offsets, every word [UNK]) equal the
+    Python BasicTokenizer's for every code point the fast mask admits."""
+    from bert_tf.tokenization import fast_path
+    cps = np.flatnonzero(fast_path.fast_mask(lower))
+    texts = [f"a{chr(c)}b {chr(c)}" for c in cps]
+    normalizer, wordpiece = fast_path._fast_ops(lower, ["[UNK]", "zz"], "[UNK]")
+    normed = normalizer.normalize(tf.constant(texts))
+    _, starts, ends = wordpiece.tokenize_with_offsets(normed)
+    normed, splits = normed.numpy(), starts.row_splits.numpy()
+    starts, ends = starts.values.numpy(), ends.values.numpy()
+    basic = tokenization.BasicTokenizer(do_lower_case=lower)
+    bad = []
+    for i, t in enumerate(texts):
+        lo, hi = splits[i], splits[i + 1]
+        got = [normed[i][s:e].decode("utf-8") for s, e in zip(starts[lo:hi], ends[lo:hi])]
+        if got != basic.tokenize(t):
+            bad.append(t)
+    assert len(cps) > 140_000 and bad == []
+
+
+@pytest.mark.slow
 def test_turkish_locale_does_not_change_lower_casing(tmp_path):
     # ICU lower-cases with the process locale (tr: I -> ı); ASCII is lower-cased first to avoid it.
     path = tmp_path / "v.txt"
@@ -488,9 +511,10 @@ def test_tokenize_and_pack_use_only_serving_safe_ops(tokenizers, pair_fn):
     ops = serving_ops.ops_in_concrete_function(pair_fn.get_concrete_function())
     serving_ops.check_serving_safe(ops)
     # Fast path (TF Serving >= 2.12) and the exact path's composed steps.
-    assert {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "StaticRegexFullMatch",
+    assert {"FastWordpieceTokenizeWithOffsets", "StaticRegexFullMatch",
             "RegexSplitWithOffsets", "StaticRegexReplace"} <= ops
-    assert ("NormalizeUTF8" in ops) == lower
+    # Cased, FastBertNormalize would only do what fast rows do not need.
+    assert ("NormalizeUTF8" in ops) == lower and ("FastBertNormalize" in ops) == lower
     assert not any(op.startswith("TFText>") for op in ops)
     assert not ops & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
 
@@ -537,7 +561,7 @@ def test_saved_model_ops_assets_and_round_trip(tokenizers, tmp_path):
     assert os.listdir(os.path.join(export_dir, "assets")) == ["vocab.txt"]
     ops = serving_ops.ops_in_saved_model(export_dir)
     serving_ops.check_serving_safe(ops, what=export_dir)
-    assert {"RegexSplitWithOffsets", "FastWordpieceTokenizeWithOffsets", "FastBertNormalize",
+    assert {"RegexSplitWithOffsets", "FastWordpieceTokenizeWithOffsets",
             "InitializeTableFromTextFileV2"} <= ops
     # Loading reads the vocab from assets/, not from the original path.
     os.rename(py.vocab_file, py.vocab_file + ".moved")

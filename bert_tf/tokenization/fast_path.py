@@ -1,20 +1,20 @@
 """The fast in-graph path of `BertTextTokenizer`: FastBertNormalize + end-to-end FastWordpiece.
 
 tf_text's Fast* ops do the original's work in two C++ passes, but they follow their own (ICU)
-tables: FastBertNormalize keeps U+FFFD, turns NUL and zero-width spaces into spaces, knows no
-final sigma; FastWordpiece's splitting uses ICU's punctuation class. On most code points they
-agree with the original all the same. So agreement is measured, not assumed: `fast_char_class`
-runs both ops on every code point (in context) and compares the words with the Python
-`BasicTokenizer`'s. A row made only of agreeing characters (checked with one RE2 pass) takes the
-fast path; the rest take the exact, composed path. Per-character agreement carries over to whole
-strings because every step is per character, except two the class leaves out when lower-casing:
-capital sigma (Python picks σ or ς from the context) and characters whose NFD has a surviving
-combining mark (NFD reorders those).
+tables: FastBertNormalize keeps U+FFFD, turns NUL and zero-width spaces into spaces, folds ß/ﬁ/½
+and fullwidth forms, knows no final sigma; FastWordpiece's splitting uses ICU's punctuation
+class. On most code points they agree with the original all the same. So agreement is measured,
+not assumed: `fast_mask` runs the ops (FastBertNormalize only when lower-casing) on every code
+point in context and compares the words with the original's. A row made only of agreeing
+characters (checked with one RE2 pass) takes the fast path. Per-character agreement carries over
+to whole strings because every step is per character, except two the mask leaves out when
+lower-casing: capital sigma (Python picks σ or ς from the context) and characters whose NFD has
+a surviving combining mark (NFD reorders those).
 
 WordPiece itself is exact: FastWordpiece's LinMaxMatch gives the greedy longest match, and a
 word with an unmatched piece is one `[UNK]`. The original's limit is 200 characters, the op's
 is in bytes: the op runs with 200 bytes, so every word it cuts is one `[UNK]` spanning more than
-200 bytes, and rows with such a word go to the exact path (which counts characters).
+200 bytes, and the caller redoes such rows on the exact path (which counts characters).
 """
 import functools
 
@@ -33,8 +33,18 @@ _NUM_CPS = 0x110000
 _SIGMA = 0x03A3
 
 
+class _Identity:
+    """Cased: FastBertNormalize would only delete control characters and map whitespace to
+    spaces; rows with either are not fast anyway (FastWordpiece splits on whitespace itself)."""
+
+    @staticmethod
+    def normalize(x):
+        return x
+
+
 def _fast_ops(do_lower_case, tokens, unk_token):
-    normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=do_lower_case)
+    normalizer = (tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=True)
+                  if do_lower_case else _Identity())
     wordpiece = tf_text.FastWordpieceTokenizer(
         tokens, suffix_indicator="##", max_bytes_per_word=MAX_WORD_BYTES,
         token_out_type=tf.int64, unknown_token=unk_token, no_pretokenization=False,
@@ -162,6 +172,10 @@ class FastPath:
         # punctuation); every later piece is one.
         self._first = tf.constant([not (t.startswith("##") and len(t) > 2) for t in tokens])
 
+    def normalize(self, x):
+        """FastBertNormalize when lower-casing (nothing when cased)."""
+        return self.normalizer.normalize(x)
+
     def words(self, text, by_word=True):
         """Normalized text [n] -> (int64 RaggedTensor [n, words, pieces] ([n, pieces] unless
         by_word), bool per piece: the piece is a word over MAX_WORD_BYTES, whose ids are not the
@@ -182,7 +196,7 @@ class FastPath:
     def tokenize(self, x):
         """x: string [n] -> (int64 RaggedTensor [n, words, pieces], bool [n]: the row has a
         word over MAX_WORD_BYTES)."""
-        words, too_long = self.words(self.normalizer.normalize(x))
+        words, too_long = self.words(self.normalize(x))
         piece_splits = tf.gather(words.values.row_splits, words.row_splits)
         count = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(tf.cast(too_long, tf.int64))], 0)
         count = tf.gather(count, piece_splits)

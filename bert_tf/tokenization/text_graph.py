@@ -213,11 +213,11 @@ class BertTextTokenizer(tf.Module):
             risky = tf.constant(False)
             if self._split_risky_re:
                 risky = tf.reduce_any(tf.strings.regex_full_match(text, self._split_risky_re))
-            return tf.tensor_scatter_nd_update(self._fast.normalizer.normalize(x), rows,
+            return tf.tensor_scatter_nd_update(self._fast.normalize(x), rows,
                                                text), risky
 
         text, risky = tf.cond(tf.reduce_all(fast),
-                              lambda: (self._fast.normalizer.normalize(x), tf.constant(False)),
+                              lambda: (self._fast.normalize(x), tf.constant(False)),
                               with_exact_rows)
         ids, too_long = self._fast.words(text, by_word)
         # Rare: a word over 200 bytes or a risky character -> row by row (_mixed).
