@@ -71,6 +71,20 @@ def _words(text, punct):
 
 
 @functools.lru_cache(maxsize=None)
+def _recent_punct_mask():
+    """Punctuation newer than Unicode 3.2. FastWordpiece classifies punctuation at run time
+    with the ICU of the serving binary (TF Serving 2.12 has older tables than this process):
+    an ICU that does not know a character would glue it to its neighbours."""
+    import unicodedata
+    cats = char_tables._categories()
+    mask = np.zeros(_NUM_CPS, bool)
+    for cp in np.flatnonzero(np.char.startswith(cats, "P")):
+        if unicodedata.ucd_3_2_0.category(chr(cp)) == "Cn":
+            mask[cp] = True
+    return mask
+
+
+@functools.lru_cache(maxsize=None)
 def fast_mask(do_lower_case):
     """bool [0x110000]: code points on which the fast path gives the original's words."""
     import unicodedata
@@ -110,6 +124,7 @@ def fast_mask(do_lower_case):
         ok[i] = want == [normed[i][s:e] for s, e in zip(starts[lo:hi], ends[lo:hi])]
     mask = np.zeros(_NUM_CPS, bool)
     mask[cps] = ok
+    mask &= ~_recent_punct_mask()
     if do_lower_case:
         mask[_SIGMA] = False
         for cp in np.flatnonzero(mask):
@@ -139,7 +154,7 @@ def split_risky_mask():
     mask = np.zeros(_NUM_CPS, bool)
     mask[cps] = counts != want
     mask[ord(" ")] = False
-    return mask
+    return mask | _recent_punct_mask()
 
 
 class FastPath:
