@@ -319,7 +319,7 @@ def test_turkish_locale_does_not_change_lower_casing(tmp_path):
     # ICU lower-cases with the process locale (tr: I -> ı); ASCII is lower-cased first to avoid it.
     path = tmp_path / "v.txt"
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
-    code = ("import bert_tf, tensorflow as tf; from bert_tf import text_graph as t; "
+    code = ("import bert_tf, tensorflow as tf; from bert_tf.tokenization import text_graph as t; "
             f"k = t.BertTextTokenizer({str(path)!r}); "
             "print(repr([w.decode() for w in k.basic_tokenize(tf.constant(['IRAK İzmir'])).flat_values.numpy()]))")
     env = dict(os.environ, LC_ALL="tr_TR.UTF-8", LANG="tr_TR.UTF-8")
