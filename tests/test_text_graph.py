@@ -165,6 +165,59 @@ def test_shapes_and_special_ids(tokenizers):
     assert to_lists(tg.tokenize(tf.constant("Hello"))) == [py_ids_by_word(py, "Hello")]
 
 
+def test_fast_and_exact_rows_mixed_in_one_batch(tokenizers):
+    lower, py, tg = tokenizers
+    plain = ["The keeper trimmed the wicks, polished the lens.", "Zoë wrote: “ok” — 42%", ""]
+    odd = ["bell\x07here", "ΟΔΥΣΣΕΥΣ ΣΑΣ", "ab\u200bcd", "Stra\u00dfe \ufb01ne ½"]
+    fast = tf.strings.regex_full_match(tf.constant(plain + odd), tg._fast_re).numpy().tolist()
+    # Plain prose takes the Fast ops; deleted characters take the exact path; the rest depends
+    # on the case (FastBertNormalize folds ß/ﬁ/½ and knows no final sigma when lower-casing).
+    assert fast[:3] == [True] * 3 and fast[3:5] == [False, not lower]
+    texts = [t for pair in zip(plain + plain[:1], odd) for t in pair]  # interleaved rows
+    assert graph_ids_by_word(tg, texts) == [py_ids_by_word(py, t) for t in texts]
+    flat = to_lists(tf.function(tg.tokenize_flat)(tf.constant(texts)))
+    assert flat == [py.convert_tokens_to_ids(py.tokenize(t)) for t in texts]
+
+
+LONG_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "\u0436\u0436", "##\u0436\u0436",
+              "##\u0436", "word", "##s"]
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_words_over_200_bytes_but_not_200_chars(lower, tmp_path):
+    """The Fast op's limit is in bytes: a word of 101..200 two-byte characters is still
+    WordPiece'd (the original counts characters); 201 characters -> [UNK]."""
+    path = tmp_path / "v.txt"
+    path.write_text("".join(t + "\n" for t in LONG_VOCAB), encoding="utf-8")
+    py = tokenization.FullTokenizer(str(path), do_lower_case=lower)
+    tg = text_graph.BertTextTokenizer(str(path), do_lower_case=lower)
+    fn = traced_tokenize(tg)
+    for texts in (["\u0436" * 101], ["\u0436" * 200, "words"], ["words \u0436" * 201, "word"]):
+        want = [py_ids_by_word(py, t) for t in texts]
+        assert graph_ids_by_word(tg, texts) == want
+        assert to_lists(fn(tf.constant(texts))) == want
+    assert len(py_ids_by_word(py, "\u0436" * 200)[0]) == 100
+
+
+def test_vocab_without_plain_words_and_with_long_tokens(tmp_path):
+    # FastWordpiece refuses a vocab of bracketed tokens only: the exact path does it all.
+    path = tmp_path / "v.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
+    tg = text_graph.BertTextTokenizer(str(path))
+    assert tg._fast is None
+    assert graph_ids_by_word(tg, ["Hello, world", ""]) == [[[1], [1], [1]], []]
+    # A 300-byte token (over FastWordpiece's 256) still matches its 150-character word.
+    long_token = "\u0436" * 150
+    path = tmp_path / "long.txt"  # a new name: TF shares a file-initialized table by file name
+    path.write_text("".join(t + "\n" for t in LONG_VOCAB + [long_token]), encoding="utf-8")
+    py = tokenization.FullTokenizer(str(path))
+    tg = text_graph.BertTextTokenizer(str(path))
+    assert tg._fast is not None and tg._fast.word_wordpiece is None
+    texts = [long_token + " words", "\u0436" * 151]
+    assert graph_ids_by_word(tg, texts) == [[[10], [8, 9]], [[10, 7]]]
+    assert graph_ids_by_word(tg, texts) == [py_ids_by_word(py, t) for t in texts]
+
+
 REF_VOCAB = ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing", ",",
              "[MASK]"]
 
@@ -239,11 +292,34 @@ def test_every_code_point_matches_python(lower, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("lower", [True, False])
+def test_fast_path_words_match_python_on_every_fast_code_point(lower):
+    """The fast path's words (read off FastWordpiece's offsets, every word [UNK]) equal the
+    Python BasicTokenizer's for every code point the fast mask admits."""
+    from bert_tf.tokenization import fast_path
+    cps = np.flatnonzero(fast_path.fast_mask(lower))
+    texts = [f"a{chr(c)}b {chr(c)}" for c in cps]
+    normalizer, wordpiece = fast_path._fast_ops(lower, ["[UNK]", "zz"], "[UNK]")
+    normed = normalizer.normalize(tf.constant(texts))
+    _, starts, ends = wordpiece.tokenize_with_offsets(normed)
+    normed, splits = normed.numpy(), starts.row_splits.numpy()
+    starts, ends = starts.values.numpy(), ends.values.numpy()
+    basic = tokenization.BasicTokenizer(do_lower_case=lower)
+    bad = []
+    for i, t in enumerate(texts):
+        lo, hi = splits[i], splits[i + 1]
+        got = [normed[i][s:e].decode("utf-8") for s, e in zip(starts[lo:hi], ends[lo:hi])]
+        if got != basic.tokenize(t):
+            bad.append(t)
+    assert len(cps) > 140_000 and bad == []
+
+
+@pytest.mark.slow
 def test_turkish_locale_does_not_change_lower_casing(tmp_path):
     # ICU lower-cases with the process locale (tr: I -> ı); ASCII is lower-cased first to avoid it.
     path = tmp_path / "v.txt"
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
-    code = ("import bert_tf, tensorflow as tf; from bert_tf import text_graph as t; "
+    code = ("import bert_tf, tensorflow as tf; from bert_tf.tokenization import text_graph as t; "
             f"k = t.BertTextTokenizer({str(path)!r}); "
             "print(repr([w.decode() for w in k.basic_tokenize(tf.constant(['IRAK İzmir'])).flat_values.numpy()]))")
     env = dict(os.environ, LC_ALL="tr_TR.UTF-8", LANG="tr_TR.UTF-8")
@@ -434,28 +510,32 @@ def test_tokenize_and_pack_use_only_serving_safe_ops(tokenizers, pair_fn):
     lower, py, tg = tokenizers
     ops = serving_ops.ops_in_concrete_function(pair_fn.get_concrete_function())
     serving_ops.check_serving_safe(ops)
-    assert {"RegexSplitWithOffsets", "WordpieceTokenizeWithOffsets", "LookupTableFindV2",
-            "StaticRegexReplace"} <= ops
-    assert ("NormalizeUTF8" in ops) == lower
-    assert not any(op.startswith(("FastBert", "FastWordpiece", "TFText>")) for op in ops)
+    # Fast path (TF Serving >= 2.12) and the exact path's composed steps.
+    assert {"FastWordpieceTokenizeWithOffsets", "StaticRegexFullMatch",
+            "RegexSplitWithOffsets", "StaticRegexReplace"} <= ops
+    # Cased, FastBertNormalize would only do what fast rows do not need.
+    assert ("NormalizeUTF8" in ops) == lower and ("FastBertNormalize" in ops) == lower
+    assert not any(op.startswith("TFText>") for op in ops)
     assert not ops & {"PyFunc", "EagerPyFunc", "PyFuncStateless"}
 
 
-def test_fast_bert_tokenizer_is_flagged():
+def test_fast_bert_allowed_newer_tf_text_ops_flagged():
     tok = tf_text.FastBertTokenizer(vocab=["[UNK]", "a", "##b"], lower_case_nfd_strip_accents=True)
+    trimmer = tf_text.RoundRobinTrimmer(max_seq_length=4)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def fn(x):
-        return tok.tokenize(x)
+        ids = tok.tokenize(x)
+        return trimmer.trim([ids, ids])
 
     ops = serving_ops.ops_in_concrete_function(fn.get_concrete_function())
     assert {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets"} <= ops
+    assert serving_ops.unsafe_ops(ops) == ["TFText>RoundRobinTrim"]
     with pytest.raises(bert_tf.BertError) as e:
-        serving_ops.check_serving_safe(ops, what="fast_bert")
+        serving_ops.check_serving_safe(ops, what="trim")
     msg = str(e.value)
-    assert msg.startswith("fast_bert: ") and "FastBertNormalize" in msg
-    assert "FastWordpieceTokenizeWithOffsets" in msg and "\n" not in msg
-    assert "RegexSplitWithOffsets" not in msg
+    assert msg.startswith("trim: ") and "TFText>RoundRobinTrim" in msg and ">= 2.12" in msg
+    assert "FastBertNormalize" not in msg and "\n" not in msg
 
 
 def test_py_function_and_unknown_ops_are_flagged():
@@ -481,7 +561,7 @@ def test_saved_model_ops_assets_and_round_trip(tokenizers, tmp_path):
     assert os.listdir(os.path.join(export_dir, "assets")) == ["vocab.txt"]
     ops = serving_ops.ops_in_saved_model(export_dir)
     serving_ops.check_serving_safe(ops, what=export_dir)
-    assert {"RegexSplitWithOffsets", "WordpieceTokenizeWithOffsets",
+    assert {"RegexSplitWithOffsets", "FastWordpieceTokenizeWithOffsets",
             "InitializeTableFromTextFileV2"} <= ops
     # Loading reads the vocab from assets/, not from the original path.
     os.rename(py.vocab_file, py.vocab_file + ".moved")

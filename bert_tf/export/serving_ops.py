@@ -1,19 +1,30 @@
-"""Which ops a graph uses, and whether stock TF Serving can run them.
+"""Which ops a graph uses, and whether stock TF Serving (of the declared minimum version) runs them.
 
-Stock TF Serving links the core TensorFlow kernels plus an older set of tf_text ops; it lacks
-FastBertNormalize / FastWordpiece* (tensorflow/serving#2064) and the newer `TFText>*` ops such as
-RoundRobinTrim (tensorflow/serving#2267). Python callbacks (PyFunc...) cannot run there at all.
+Stock TF Serving links the core TensorFlow kernels plus tf_text's whole `ops_lib`, at the tf_text
+version its release pins: 2.11 pins tf_text 2.8.2 (no FastBertNormalize, tensorflow/serving#2064),
+2.12 to 2.19 pin 2.12.1 (FastBertNormalize and FastWordpieceTokenizeWithOffsets included), and
+only 2.20 has the newer `TFText>RoundRobinTrim` / `TFText>Utf8Binarize` (tensorflow/serving#2267).
+Python callbacks (PyFunc...) never run there.
 
-Policy: an op is allowed when it is a core TF op (`tf.raw_ops`, the ops of a plain
-`import tensorflow`) or in ALLOWED_TF_TEXT_OPS, and not in DENIED_OPS.
+Policy: exports need TF Serving >= MIN_TF_SERVING_VERSION. An op is allowed when it is a core TF
+op (`tf.raw_ops`, the ops of a plain `import tensorflow`) or in ALLOWED_TF_TEXT_OPS (tf_text ops
+that 2.12's tf_text 2.12.1 registers), and not in DENIED_OPS. `requirements_json` gives the text
+an export records next to the model (`assets.extra/`), so the minimum travels with it.
 """
 import functools
+import json
 
 import bert_tf  # noqa: F401
 from bert_tf import BertError
 
-# tf_text ops stock TF Serving registers (conservative: the long-standing ones).
+MIN_TF_SERVING_VERSION = "2.12"
+REQUIREMENTS_FILE = "tf_serving_requirements.json"  # under assets.extra/
+
+# tf_text ops that TF Serving 2.12 (tf_text 2.12.1's ops_lib) registers; conservative: only ops
+# known to be there, so a missing entry can only make the check stricter.
 ALLOWED_TF_TEXT_OPS = frozenset({
+    "FastBertNormalize",
+    "FastWordpieceTokenizeWithOffsets",
     "CaseFoldUTF8",
     "NormalizeUTF8",
     "RegexSplitWithOffsets",
@@ -31,20 +42,17 @@ ALLOWED_TF_TEXT_OPS = frozenset({
     "SentencepieceVocabSizeOp",
 })
 
-# Never allowed, even where registered in the exporting process (PyFunc* are core ops there).
+# Never allowed: tf_text ops newer than TF Serving 2.12 (RoundRobinTrimmer emits RoundRobinTrim
+# from tf_text 2.13 on), and Python callbacks (core ops in the exporting process).
 DENIED_OPS = frozenset({
-    "FastBertNormalize",
-    "FastBertTokenizer",
-    "FastWordpieceTokenizeWithOffsets",
-    "FastWordpieceDetokenize",
-    "TFText>FastWordpieceDetokenize",
     "TFText>RoundRobinTrim",
     "TFText>RoundRobinGenerateMasks",
+    "TFText>Utf8Binarize",
     "PyFunc",
     "PyFuncStateless",
     "EagerPyFunc",
 })
-_DENIED_PREFIXES = ("FastBert", "FastWordpiece", "TFText>")
+_DENIED_PREFIXES = ("TFText>",)
 
 
 @functools.lru_cache(maxsize=None)
@@ -99,7 +107,29 @@ def unsafe_ops(op_names):
 
 
 def check_serving_safe(op_names, what="graph"):
-    """Raises BertError naming the ops stock TF Serving lacks."""
+    """Raises BertError naming the ops stock TF Serving (>= MIN_TF_SERVING_VERSION) lacks."""
     bad = unsafe_ops(op_names)
     if bad:
-        raise BertError(f"{what}: ops not available in stock TF Serving: {', '.join(bad)}")
+        raise BertError(f"{what}: ops not available in stock TF Serving: {', '.join(bad)} "
+                        f"(exports target TF Serving >= {MIN_TF_SERVING_VERSION})")
+
+
+def requirements_json(op_names, what="graph"):
+    """The text export code writes to `assets.extra/REQUIREMENTS_FILE`.
+
+    Args:
+        op_names: every op of the export (`ops_in_saved_model`).
+        what: names the export in the error when an op is not allowed.
+
+    Returns:
+        JSON text: the minimum TF Serving version and the tf_text ops that set it.
+    """
+    check_serving_safe(op_names, what)
+    core = core_ops()
+    text_ops = sorted(op for op in set(op_names) if op not in core)
+    return json.dumps({
+        "min_tf_serving_version": MIN_TF_SERVING_VERSION,
+        "tf_text_ops": text_ops,
+        "note": "stock TF Serving >= 2.12 links these ops (tf_text 2.12.1 ops_lib); "
+                "2.11 lacks FastBertNormalize",
+    }, indent=1, sort_keys=True) + "\n"

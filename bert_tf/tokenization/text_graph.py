@@ -1,27 +1,28 @@
-"""In-graph BERT tokenizer and packer built only from ops that stock TF Serving registers.
+"""In-graph BERT tokenizer and packer, exact, fast, and served by stock TF Serving >= 2.12.
 
-`BertTextTokenizer` reproduces `bert_tf.tokenization.FullTokenizer` ids exactly, composing the
-original's steps from core TF ops plus the tf_text ops NormalizeUTF8, RegexSplitWithOffsets and
-WordpieceTokenizeWithOffsets (no FastBert*/FastWordpiece*, no py_function):
+`BertTextTokenizer` reproduces `bert_tf.tokenization.FullTokenizer` ids exactly. Each batch:
 
-  1. invalid UTF-8 bytes dropped (UnicodeTranscode errors="ignore" == Python's decode "ignore");
-  2. NUL, U+FFFD and control characters (category C*, unassigned included, except \\t \\n \\r)
-     deleted, joining their neighbours;
-  3. whitespace (\\t \\n \\r, Zs) -> space; U+2028/U+2029 too, because the original's final
-     `str.split()` splits on them (the other str.split() separators, \\x1c-\\x1f, \\x0b, \\x0c and
-     U+0085, are control characters and were already deleted);
-  4. spaces around CJK ideographs;
-  5. if lower-casing: StringLower(utf-8) (ICU full lower-casing, final sigma included, like
-     Python's str.lower), NFD, delete category Mn;
-  6. split on spaces, keeping each punctuation character as its own word;
-  7. words of more than 200 characters -> [UNK]; WordPiece (greedy longest match, `##`,
-     whole word -> [UNK] when a piece is unmatched).
+  * Rows made only of characters on which tf_text's FastBertNormalize + end-to-end
+    FastWordpiece give the original's words (measured per code point, see `fast_path`; plain
+    prose in most languages) are normalized by FastBertNormalize.
+  * The other rows (control/format characters, U+FFFD, invalid UTF-8, ß/ﬁ/½/fullwidth forms
+    when lower-casing, capital sigma...) get the original's steps composed from core ops:
+      1. invalid UTF-8 bytes dropped (UnicodeTranscode errors="ignore" == decode "ignore");
+      2. NUL, U+FFFD and control characters (category C*, unassigned included, except \\t \\n
+         \\r) deleted, joining their neighbours;
+      3. whitespace (\\t \\n \\r, Zs, U+2028/U+2029, which the original's str.split() splits
+         on) -> space;
+      4. if lower-casing: StringLower (ICU full lower-casing; Python's final-sigma rule and
+         case mappings newer than ICU's where they differ), NFD, delete category Mn.
+  * One FastWordpiece call (LinMaxMatch = the original's greedy longest match, `##`, a word with
+    an unmatched piece -> one [UNK]) splits all rows into words (whitespace, punctuation and CJK
+    ideographs, which lower-casing/NFD map only to each other) and pieces.
+  * Rare rows where that is not exact go row by row through the composed steps, a regex split and
+    FastWordpiece on the words: words over 200 bytes (the op's limit is in bytes, the original's
+    is 200 characters; longer words -> [UNK]).
 
-The character classes of steps 2-6 are generated from Python's `unicodedata` (the tables the
-Python tokenizer uses) rather than RE2's `\\p{..}` tables, so both tokenizers classify every code
-point the same way. Remaining differences are confined to the lower-casing path, where the
-in-graph lower-casing and NFD use ICU's Unicode tables instead of Python's (see
-`KNOWN_LOWER_CASE_DIFFERENCES`, found by comparing every code point).
+Character classes come from Python's `unicodedata` (`char_tables`), not from RE2's or ICU's
+tables. `tokenize_to_pieces` (strings) keeps the table-based WordpieceTokenizeWithOffsets.
 
 The vocab table is a `tf.lookup.StaticHashTable` over `TextFileInitializer(vocab_file)` (key =
 whole line, value = line number), so the vocab file becomes a SavedModel asset. A vocab whose
@@ -29,18 +30,19 @@ lines `TextFileInitializer` would read differently from `tokenization.load_vocab
 spaces/tabs, empty lines, duplicates: load_vocab keeps the last) is first rewritten to a canonical
 copy in a temp dir with the same line numbers; the copy is then the asset.
 """
-import functools
 import os
 import tempfile
-import unicodedata
 
 import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras is imported)
 import keras
-import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from bert_tf import BertError
+from bert_tf.tokenization import fast_path
+from bert_tf.tokenization.char_tables import (  # noqa: F401  (re-exported)
+    _mask_ranges, _re2_class, _resolve_capital_sigma, case_fixups, char_classes,
+    sigma_risky_class)
 from bert_tf.tokenization import wordpiece as tokenization
 
 # Python control flow here is static (config, not tensors): skip autograph's slow conversion.
@@ -49,147 +51,6 @@ _no_autograph = tf.autograph.experimental.do_not_convert
 _MAX_CHARS = tokenization.MAX_INPUT_CHARS_PER_WORD
 # UTF-8 needs at most 4 bytes a character: the byte limit never cuts before the char limit.
 _MAX_BYTES = 4 * _MAX_CHARS
-
-
-# ----------------------------------------------------------------------------------------------
-# Character classes (RE2 syntax) generated from unicodedata, i.e. from the very tables the Python
-# tokenizer uses (RE2's own \\p{..} tables follow another Unicode version).
-
-_SIGMA = "\u03A3"
-_NUM_CPS = 0x110000
-
-
-@functools.lru_cache(maxsize=None)
-def _categories():
-    """numpy array: general category (2-letter str) of every code point."""
-    return np.array([unicodedata.category(chr(cp)) for cp in range(_NUM_CPS)], dtype="U2")
-
-
-def _mask_ranges(mask):
-    """Inclusive (lo, hi) runs of True in a bool mask over all code points (surrogates excluded:
-    they never occur in valid UTF-8 and RE2 rejects them)."""
-    mask = mask.copy()
-    mask[0xD800:0xE000] = False
-    edges = np.flatnonzero(np.diff(np.concatenate([[False], mask, [False]]).astype(np.int8)))
-    return [(int(lo), int(hi) - 1) for lo, hi in zip(edges[::2], edges[1::2])]
-
-
-def _re2_class(ranges):
-    parts = []
-    for lo, hi in ranges:
-        parts.append(f"\\x{{{lo:X}}}" if lo == hi else f"\\x{{{lo:X}}}-\\x{{{hi:X}}}")
-    return "[" + "".join(parts) + "]"
-
-
-@functools.lru_cache(maxsize=None)
-def _deleted_mask():
-    cats = _categories()
-    mask = np.char.startswith(cats, "C")  # tokenization._is_control, unassigned (Cn) included
-    mask[[0x09, 0x0A, 0x0D]] = False
-    mask[[0x00, 0xFFFD]] = True
-    return mask
-
-
-@functools.lru_cache(maxsize=None)
-def char_classes():
-    """Dict of RE2 character classes: delete, space, cjk, punct, mn."""
-    cats = _categories()
-    deleted = _deleted_mask()
-    space = cats == "Zs"
-    # Whitespace to the original = what survives cleaning and str.split() still splits on
-    # (str.isspace: \\t \\n \\r, Zs, and U+2028/U+2029).
-    space[[cp for cp in range(_NUM_CPS) if chr(cp).isspace()]] = True
-    space &= ~deleted
-    punct = np.char.startswith(cats, "P")
-    for lo, hi in ((33, 47), (58, 64), (91, 96), (123, 126)):
-        punct[lo:hi + 1] = True
-    return {
-        "delete": _re2_class(_mask_ranges(deleted)),
-        "space": _re2_class(_mask_ranges(space)),
-        "cjk": _re2_class(sorted(tokenization._CJK_RANGES)),
-        "punct": _re2_class(_mask_ranges(punct)),
-        "mn": _re2_class(_mask_ranges(cats == "Mn")),
-    }
-
-
-@functools.lru_cache(maxsize=None)
-def case_fixups():
-    """(char, Python's lower-case) for chars ICU's StringLower maps differently (newer Unicode).
-
-    Applied before StringLower; ICU leaves the (to it unknown) results alone.
-    """
-    deleted = _deleted_mask()
-    cased = [cp for cp in range(0x80, _NUM_CPS)
-             if not deleted[cp] and not 0xD800 <= cp <= 0xDFFF and chr(cp).lower() != chr(cp)]
-    with tf.init_scope():
-        icu = tf.strings.lower([chr(cp) for cp in cased], encoding="utf-8").numpy()
-    return tuple((chr(cp), chr(cp).lower()) for cp, low in zip(cased, icu)
-                 if low.decode("utf-8") != chr(cp).lower())
-
-
-@functools.lru_cache(maxsize=None)
-def _sigma_context_tables():
-    """(starts, ends) ranges of Cased and of Case_Ignorable as Python's str.lower sees them.
-
-    Cased is read off str.islower/isupper/istitle. Case_Ignorable (not exposed by unicodedata)
-    is probed through str.lower's own final-sigma rule, on the categories it can contain
-    (Mn Me Cf Lm Sk, and P* for the Word_Break MidLetter/MidNumLet/Single_Quote characters).
-    """
-    cats = _categories()
-    probe = np.isin(cats, ["Mn", "Me", "Cf", "Lm", "Sk", "Po", "Pi", "Pf", "Pd", "Pc"])
-    cased = np.zeros(_NUM_CPS, bool)
-    ignorable = np.zeros(_NUM_CPS, bool)
-    for cp in range(_NUM_CPS):
-        if 0xD800 <= cp <= 0xDFFF:
-            continue
-        c = chr(cp)
-        if c.islower() or c.isupper() or c.istitle():
-            cased[cp] = True
-            # Sigma preceded by c only: stays non-final iff c is skipped as case-ignorable.
-            ignorable[cp] = probe[cp] and ("-" + c + _SIGMA).lower()[-1] == "\u03C3"
-        elif probe[cp]:
-            # Sigma followed by c then a cased letter: non-final iff c is skipped.
-            ignorable[cp] = ("A" + _SIGMA + c + "B").lower()[1] == "\u03C3"
-
-    def split(ranges):
-        return [lo for lo, _ in ranges], [hi for _, hi in ranges]
-    return split(_mask_ranges(cased)), split(_mask_ranges(ignorable))
-
-
-def _in_ranges(cps, ranges):
-    starts = tf.constant(ranges[0], tf.int32)
-    ends = tf.constant(ranges[1], tf.int32)
-    idx = tf.searchsorted(starts, cps, side="right") - 1
-    return (idx >= 0) & (cps <= tf.gather(ends, tf.maximum(idx, 0)))
-
-
-@_no_autograph
-def _resolve_capital_sigma(x):
-    """Lower-cases U+03A3 like Python's str.lower (final sigma rule, Python's Unicode tables).
-
-    Final form iff preceded by a cased char and not followed by one, skipping case-ignorables.
-    Rows are separate strings; spaces (neither cased nor ignorable) bound the context like the
-    original's per-word lower-casing.
-    """
-    cased_r, ignorable_r = _sigma_context_tables()
-    cps = tf.strings.unicode_decode(x, "UTF-8")
-    flat = cps.flat_values
-    n = tf.size(flat)
-    row = tf.cast(cps.value_rowids(), tf.int32)
-    pos = tf.range(n)
-    cased = _in_ranges(flat, cased_r)
-    # Anchors: where the context scan stops. A sentinel past the end keeps gathers in range.
-    anchors = tf.concat([tf.boolean_mask(pos, ~_in_ranges(flat, ignorable_r)), [n]], 0)
-    row_ext = tf.concat([row, [-1]], 0)
-    cased_ext = tf.concat([cased, [False]], 0)
-    before = tf.searchsorted(anchors, pos, side="left")  # anchors strictly before i
-    prev = tf.gather(anchors, tf.maximum(before - 1, 0))
-    prev_cased = (before > 0) & tf.gather(cased_ext, prev) & (tf.gather(row_ext, prev) == row)
-    nxt = tf.gather(anchors, tf.searchsorted(anchors, pos, side="right"))
-    next_cased = tf.gather(cased_ext, nxt) & (tf.gather(row_ext, nxt) == row)
-    lowered = tf.where(prev_cased & ~next_cased, 0x3C2, 0x3C3)
-    flat = tf.where(tf.equal(flat, ord(_SIGMA)), lowered, flat)
-    return tf.strings.unicode_encode(cps.with_flat_values(flat), "UTF-8")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,20 +114,54 @@ class BertTextTokenizer(tf.Module):
         cls = char_classes()
         self._delete_re = cls["delete"] + "+"
         self._space_re = cls["space"]
-        self._cjk_re = "(" + cls["cjk"] + ")"
         self._mn_re = cls["mn"] + "+"
-        self._split_re = " +|" + cls["punct"]
-        self._keep_re = cls["punct"]
+        # CJK ideographs are split off like punctuation (same words as spacing them out first:
+        # lower-casing and NFD map CJK ideographs to CJK ideographs and nothing else to them).
+        self._keep_re = cls["punct"][:-1] + cls["cjk"][1:]
+        self._split_re = " +|" + self._keep_re
+        # Fast path for rows made of characters on which the Fast* ops agree with the original.
+        try:
+            self._fast = fast_path.FastPath(tokenization.vocab_tokens(table_file),
+                                            self.do_lower_case)
+        except RuntimeError:  # FastWordpiece refuses a vocab with no plain word in it
+            self._fast = None
+        self._fast_re = _re2_class(_mask_ranges(fast_path.fast_mask(self.do_lower_case))) + "*"
+        risky = fast_path.split_risky_mask()
+        self._split_risky_re = f"(?s).*{_re2_class(_mask_ranges(risky))}.*" if risky.any() else None
         if self.do_lower_case:
             self._case_fixups = case_fixups()
-            specials = [_SIGMA] + [src for src, _ in self._case_fixups]
-            self._special_re = "(?s).*[" + "".join(f"\\x{{{ord(c):X}}}" for c in specials) + "].*"
+            fixups = "".join(f"\\x{{{ord(src):X}}}" for src, _ in self._case_fixups)
+            self._fixup_re = f"(?s).*[{fixups}].*"
+            risky = sigma_risky_class()
+            self._sigma_re = f"(?s).*(\\x{{3A3}}.*{risky}|{risky}.*\\x{{3A3}}).*"
 
     @_no_autograph
-    def _lower_special(self, x):
+    def _lower_fixups(self, x):
         for src, dst in self._case_fixups:
             x = tf.strings.regex_replace(x, f"\\x{{{ord(src):X}}}", dst)
-        return _resolve_capital_sigma(x)
+        return x
+
+    @_no_autograph
+    def normalize(self, x):
+        """The original's text cleaning and (if lower-casing) lower-casing + accent stripping:
+        string [batch] -> string [batch], words separated by spaces (not yet split)."""
+        x = tf.strings.unicode_transcode(x, "UTF-8", "UTF-8", errors="ignore")
+        x = tf.strings.regex_replace(x, self._delete_re, "")
+        x = tf.strings.regex_replace(x, self._space_re, " ")
+        if self.do_lower_case:
+            # ASCII first, without ICU: ICU lower-cases with the process locale (tr/az: I -> ı).
+            x = tf.strings.lower(x)
+            # Rare characters (case mappings newer than ICU's, capital sigma next to characters
+            # ICU classifies differently): their exact paths run only for batches with them.
+            if self._case_fixups:
+                x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, self._fixup_re)),
+                            lambda: self._lower_fixups(x), lambda: tf.identity(x))
+            x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, self._sigma_re)),
+                        lambda: _resolve_capital_sigma(x), lambda: tf.identity(x))
+            x = tf.strings.lower(x, encoding="utf-8")
+            x = tf_text.normalize_utf8(x, "NFD")
+            x = tf.strings.regex_replace(x, self._mn_re, "")
+        return x
 
     @_no_autograph
     def basic_tokenize(self, strings):
@@ -274,21 +169,8 @@ class BertTextTokenizer(tf.Module):
         x = tf.convert_to_tensor(strings, dtype=tf.string)
         if x.shape.rank == 0:
             x = tf.reshape(x, [1])
-        x = tf.strings.unicode_transcode(x, "UTF-8", "UTF-8", errors="ignore")
-        x = tf.strings.regex_replace(x, self._delete_re, "")
-        x = tf.strings.regex_replace(x, self._space_re, " ")
-        x = tf.strings.regex_replace(x, self._cjk_re, " \\1 ")
-        if self.do_lower_case:
-            # ASCII first, without ICU: ICU lower-cases with the process locale (tr/az: I -> ı).
-            x = tf.strings.lower(x)
-            # Rare characters (capital sigma, case mappings newer than ICU's): exact path only
-            # for batches that contain them.
-            x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, self._special_re)),
-                        lambda: self._lower_special(x), lambda: tf.identity(x))
-            x = tf.strings.lower(x, encoding="utf-8")
-            x = tf_text.normalize_utf8(x, "NFD")
-            x = tf.strings.regex_replace(x, self._mn_re, "")
-        words, _, _ = tf_text.regex_split_with_offsets(x, self._split_re, self._keep_re)
+        words, _, _ = tf_text.regex_split_with_offsets(self.normalize(x), self._split_re,
+                                                       self._keep_re)
         return words
 
     @_no_autograph
@@ -303,8 +185,65 @@ class BertTextTokenizer(tf.Module):
     @_no_autograph
     def tokenize(self, strings):
         """int64 RaggedTensor [batch, words, pieces] of vocab ids."""
-        pieces = self.tokenize_to_pieces(strings)
-        return pieces.with_flat_values(self._table.lookup(pieces.flat_values))
+        return self._tokenize(strings, by_word=True)
+
+    @_no_autograph
+    def tokenize_flat(self, strings):
+        """int64 RaggedTensor [batch, pieces]: `tokenize(strings).merge_dims(1, 2)`, cheaper
+        (no word boundaries to find)."""
+        return self._tokenize(strings, by_word=False)
+
+    def _tokenize(self, strings, by_word):
+        x = tf.convert_to_tensor(strings, dtype=tf.string)
+        if x.shape.rank == 0:
+            x = tf.reshape(x, [1])
+
+        def exact(fn, *args):
+            words = fn(*args)
+            return words if by_word else words.merge_dims(1, 2)
+        if self._fast is None:
+            return exact(self._exact_ids, x)
+        fast = tf.strings.regex_full_match(x, self._fast_re)
+
+        def with_exact_rows():
+            # The exact normalization on the other rows, then one FastWordpiece call for all
+            # (its splitting is the original's except next to `split_risky` characters).
+            rows = tf.where(~fast)
+            text = self.normalize(tf.gather_nd(x, rows))
+            risky = tf.constant(False)
+            if self._split_risky_re:
+                risky = tf.reduce_any(tf.strings.regex_full_match(text, self._split_risky_re))
+            return tf.tensor_scatter_nd_update(self._fast.normalize(x), rows,
+                                               text), risky
+
+        text, risky = tf.cond(tf.reduce_all(fast),
+                              lambda: (self._fast.normalize(x), tf.constant(False)),
+                              with_exact_rows)
+        ids, too_long = self._fast.words(text, by_word)
+        # Rare: a word over 200 bytes or a risky character -> row by row (_mixed).
+        return tf.cond(risky | tf.reduce_any(too_long), lambda: exact(self._mixed, x, fast),
+                       lambda: ids)
+
+    def _exact_ids(self, x):
+        if self._fast is None or self._fast.word_wordpiece is None:
+            pieces = self.tokenize_to_pieces(x)
+            return pieces.with_flat_values(self._table.lookup(pieces.flat_values))
+        words = self.basic_tokenize(x)
+        # Words over 200 characters -> a word over the op's byte limit -> [UNK].
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > _MAX_CHARS
+        words = words.with_flat_values(
+            tf.where(too_long, fast_path.OVERSIZED_WORD, words.flat_values))
+        return self._fast.word_wordpiece.tokenize(words)
+
+    def _mixed(self, x, fast):
+        """Fast path on the rows marked fast, exact path on the others; rows in input order."""
+        fast_rows = tf.where(fast)[:, 0]
+        words, long_rows = self._fast.tokenize(tf.gather(x, fast_rows))
+        keep = tf.where(~long_rows)[:, 0]
+        exact_rows = tf.concat([tf.where(~fast)[:, 0], tf.boolean_mask(fast_rows, long_rows)], 0)
+        merged = tf.concat([tf.gather(words, keep), self._exact_ids(tf.gather(x, exact_rows))], 0)
+        order = tf.math.invert_permutation(tf.concat([tf.gather(fast_rows, keep), exact_rows], 0))
+        return tf.gather(merged, order)
 
 
 # ----------------------------------------------------------------------------------------------
