@@ -367,13 +367,14 @@ def test_every_function_graph_uses_only_allowlisted_ops(exp, name):
     # the walk reaches inside function bodies (the top-level graph only holds calls)
     assert "MatMul" not in top and ("MatMul" in ops or name == "pre")
     if name != "enc":
-        assert {"RegexSplitWithOffsets", "WordpieceTokenizeWithOffsets", "NormalizeUTF8",
-                "LookupTableFindV2"} <= ops
-        assert not {op for op in ops if "Fast" in op or "PyFunc" in op}
+        # fast path (TF Serving >= 2.12) + the exact path's composed steps
+        assert {"FastBertNormalize", "FastWordpieceTokenizeWithOffsets", "RegexSplitWithOffsets",
+                "NormalizeUTF8", "StaticRegexFullMatch"} <= ops
+        assert not {op for op in ops if op.startswith("TFText>") or "PyFunc" in op}
     assert {"HashTableV2", "InitializeTableFromTextFileV2"} & ops or name == "enc"
 
 
-def test_allowlist_rejects_fast_bert_and_py_func():
+def test_allowlist_accepts_fast_bert_rejects_py_func():
     import tensorflow_text as tf_text
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -387,7 +388,7 @@ def test_allowlist_rejects_fast_bert_and_py_func():
 
     fast_ops = serving_ops.ops_in_concrete_function(fast)
     py_ops = serving_ops.ops_in_concrete_function(py)
-    assert any(op.startswith("FastBert") for op in serving_ops.unsafe_ops(fast_ops))
+    assert serving_ops.unsafe_ops(fast_ops) == []  # TF Serving >= 2.12 links the Fast ops
     assert serving_ops.unsafe_ops(py_ops) == ["PyFunc"]
     with pytest.raises(BertError, match="ops not available in stock TF Serving: PyFunc"):
         serving_ops.check_serving_safe(py_ops, "py")
@@ -552,8 +553,13 @@ def test_serving_layout_warmup_replay_and_atomic_publish(exp):
     assert version_dir == os.path.join(exp.base, "serving", "bert_fill_mask", "1")
     assert sorted(os.listdir(model_dir)) == ["1"]       # no temp dirs left behind
     for f in ("saved_model.pb", "variables/variables.index", "assets/vocab.txt",
-              "assets.extra/tf_serving_warmup_requests", "assets.extra/bert_tf_export.json"):
+              "assets.extra/tf_serving_warmup_requests", "assets.extra/bert_tf_export.json",
+              "assets.extra/tf_serving_requirements.json"):
         assert os.path.exists(os.path.join(version_dir, f)), f
+    with open(os.path.join(version_dir, "assets.extra", "tf_serving_requirements.json")) as f:
+        requirements = json.load(f)
+    assert requirements["min_tf_serving_version"] == "2.12"
+    assert "FastWordpieceTokenizeWithOffsets" in requirements["tf_text_ops"]
     # while the version was being written, the final name did not exist and TF Serving would
     # have seen no version; the temp dir was complete when it was renamed into place
     (log,) = exp.publish_log

@@ -7,6 +7,7 @@ Weights travel between formats as a flat dict of numpy arrays keyed by the origi
 import numpy as np
 
 from bert_tf import BertError
+from bert_tf.convert.tf1 import tf1_name_map
 from bert_tf.modeling.config import BertConfig
 
 PEERS_HINT = ("pip install -c constraints.txt -c constraints-peers.txt {pkgs} "
@@ -45,52 +46,12 @@ def encoder_of(model):
     return bm.find_encoder(bm.ensure_built(model))
 
 
-def tf1_variables(model):
-    """{TF1 name: (keras variable, shape in the TF1 layout)} for the model's weights."""
-    enc = encoder_of(model)
-    e = enc.embeddings
-    out = {"bert/embeddings/word_embeddings": e.word_embeddings,
-           "bert/embeddings/token_type_embeddings": e.token_type_embeddings,
-           "bert/embeddings/position_embeddings": e.position_embeddings,
-           "bert/embeddings/LayerNorm/gamma": e.layer_norm.gamma,
-           "bert/embeddings/LayerNorm/beta": e.layer_norm.beta,
-           "bert/pooler/dense/kernel": enc.pooler.kernel,
-           "bert/pooler/dense/bias": enc.pooler.bias}
-    for i, block in enumerate(enc.transformer_layers):
-        p = f"bert/encoder/layer_{i}/"
-        dense = {"attention/self/query": block.attention.query,
-                 "attention/self/key": block.attention.key,
-                 "attention/self/value": block.attention.value,
-                 "attention/output/dense": block.attention_output,
-                 "intermediate/dense": block.intermediate, "output/dense": block.output_dense}
-        for name, layer in dense.items():
-            out[p + name + "/kernel"], out[p + name + "/bias"] = layer.kernel, layer.bias
-        for name, ln in (("attention/output/LayerNorm", block.attention_layer_norm),
-                         ("output/LayerNorm", block.output_layer_norm)):
-            out[p + name + "/gamma"], out[p + name + "/beta"] = ln.gamma, ln.beta
-    mlm, nsp = getattr(model, "masked_lm", None), getattr(model, "next_sentence", None)
-    if mlm is not None:
-        out.update({"cls/predictions/transform/dense/kernel": mlm.transform.kernel,
-                    "cls/predictions/transform/dense/bias": mlm.transform.bias,
-                    "cls/predictions/transform/LayerNorm/gamma": mlm.layer_norm.gamma,
-                    "cls/predictions/transform/LayerNorm/beta": mlm.layer_norm.beta,
-                    "cls/predictions/output_bias": mlm.output_bias})
-    if nsp is not None:
-        # TF1 stores the NSP kernel transposed: [2, H].
-        out["cls/seq_relationship/output_weights"] = nsp.dense.kernel
-        out["cls/seq_relationship/output_bias"] = nsp.dense.bias
-    return out
-
-
-_TRANSPOSED = ("cls/seq_relationship/output_weights",)
-
-
 def get_weights(model):
     """{TF1 name: numpy array in the TF1 layout} of a bert_tf model."""
     out = {}
-    for name, var in tf1_variables(model).items():
+    for name, (var, transpose) in tf1_name_map(model).items():
         value = np.asarray(var.numpy() if hasattr(var, "numpy") else var)
-        out[name] = value.T if name in _TRANSPOSED else value
+        out[name] = value.T if transpose else value
     return out
 
 
@@ -100,14 +61,13 @@ def set_weights(model, weights, source="weights"):
     Raises BertError naming the first missing tensor or shape mismatch (nothing is assigned
     then). Tensors the model has no place for (e.g. heads of a bare encoder) are ignored.
     """
-    targets = tf1_variables(model)
     plan = []
-    for name, var in targets.items():
+    for name, (var, transpose) in tf1_name_map(model).items():
         if name not in weights:
             raise BertError(f"{source}: no tensor for {name} (does the source hold this "
                             "model's weights?)")
         value = np.asarray(weights[name])
-        if name in _TRANSPOSED:
+        if transpose:
             value = value.T
         if tuple(value.shape) != tuple(var.shape):
             raise BertError(f"{source}: {name} has shape {list(value.shape)}, the model "

@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError
+from bert_tf.export import serving_ops
 from bert_tf.modeling import models
 from bert_tf.modeling.encoder import INPUT_NAMES
 
@@ -137,6 +138,12 @@ def write_saved_model(module, export_dir, signatures, metadata, before_publish=N
         tf.saved_model.save(module, tmp, signatures=signatures)
         extra = join(tmp, EXTRA_DIR)
         tf.io.gfile.makedirs(extra)
+        # Every function of the export against the op list of the minimum TF Serving version,
+        # which then travels with the model.
+        requirements = serving_ops.requirements_json(serving_ops.ops_in_saved_model(tmp),
+                                                     export_dir)
+        with tf.io.gfile.GFile(join(extra, serving_ops.REQUIREMENTS_FILE), "w") as f:
+            f.write(requirements)
         with tf.io.gfile.GFile(join(extra, METADATA_FILE), "w") as f:
             f.write(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
         if before_publish is not None:

@@ -131,10 +131,10 @@ class EndToEndModule(tf.Module):
         """string [B] -> int32 ragged [B, tokens]."""
         pre = self.preprocessing
         if self.task != "fill_mask":
-            return pre.tokenize(text).merge_dims(1, 2)
+            return pre.tokenize_flat(text)
         # Split on the literal first, so "[MASK]" is not cleaned/lower-cased/split into pieces.
         parts = tf.strings.split(text, sep=MASK_LITERAL)            # [B, (masks + 1)]
-        pieces = pre.tokenize(parts.flat_values).merge_dims(1, 2)   # [parts, (tokens)]
+        pieces = pre.tokenize_flat(parts.flat_values)               # [parts, (tokens)]
         lengths = parts.row_lengths()
         index_in_row = tf.ragged.range(lengths).flat_values
         not_last = index_in_row < tf.repeat(lengths, lengths) - 1

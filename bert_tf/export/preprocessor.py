@@ -49,79 +49,6 @@ def check_same_batch(a, b):
         return tf.identity(a), tf.identity(b)
 
 
-def _flatten_segment(seg):
-    if not isinstance(seg, tf.RaggedTensor):
-        seg = tf.RaggedTensor.from_tensor(seg)
-    while seg.ragged_rank > 1:
-        seg = seg.merge_dims(1, 2)
-    return tf.cast(seg.with_row_splits_dtype(tf.int64), tf.int32)
-
-
-def pack_segments(segments, seq_length, cls_id, sep_id, pad_id=0):
-    """[CLS] a [SEP] (b [SEP]) as int32 [batch, seq_length], exactly like the original.
-
-    Args:
-        segments: 1 or 2 int RaggedTensors [batch, (words), (pieces)] or [batch, (pieces)].
-        seq_length: Python int (static output shape) or scalar int32 tensor.
-        cls_id, sep_id, pad_id: special token ids.
-    Single segment: cut to seq_length - 2. Pair: cut to seq_length - 3 in total as the
-    original's _truncate_seq_pair does (pop from the longer, ties pop from b). A b that
-    tokenizes to nothing gives [CLS] a [SEP] with the single-segment budget, per row (the
-    original tests `if tokens_b:`). Dense selects only: cheap to trace, serving-safe.
-    """
-    n = len(segments)
-    if not 1 <= n <= 2:
-        raise BertError(f"bert_pack_inputs: expected 1 or 2 segments, got {n}")
-    static = isinstance(seq_length, int)
-    checks = []
-    if static:
-        check_seq_length(seq_length, "bert_pack_inputs: seq_length", pairs=n == 2)
-    else:
-        seq_length = tf.cast(seq_length, tf.int32)
-        checks.append(tf.debugging.assert_greater_equal(
-            seq_length, n + 1, message="seq_length leaves no room for [CLS]/[SEP]"))
-    with tf.control_dependencies(checks):
-        segs = [_flatten_segment(s) for s in segments]
-    lens = [tf.cast(s.row_lengths(), tf.int32) for s in segs]
-    batch = segs[0].nrows(out_type=tf.int32)
-    single_len = tf.minimum(lens[0], seq_length - 2)
-    if n == 1:
-        len_a, len_b, has_b = single_len, tf.zeros_like(single_len), tf.zeros_like(single_len)
-    else:
-        budget = seq_length - 3
-        has_b_row = lens[1] > 0
-        pair_a = tf.minimum(lens[0], tf.maximum(budget - lens[1], (budget + 1) // 2))
-        len_b = tf.minimum(lens[1], tf.maximum(budget - lens[0], budget // 2))
-        len_a = tf.where(has_b_row, pair_a, single_len)
-        has_b = tf.cast(has_b_row, tf.int32)
-    # Dense [batch, seq_length + 1]: never more than can be packed, plus one column so that
-    # gathers from empty rows stay in range (out-of-range columns are masked below).
-    width = [None, seq_length] if static else tf.stack([tf.constant(-1), seq_length])
-    dense = [tf.pad(s.to_tensor(default_value=0, shape=width), [[0, 0], [0, 1]]) for s in segs]
-
-    def gather_cols(d, cols):
-        return tf.gather(d, tf.clip_by_value(cols, 0, tf.shape(d)[1] - 1), batch_dims=1)
-
-    pos = tf.broadcast_to(tf.range(seq_length, dtype=tf.int32)[tf.newaxis], [batch, seq_length])
-    la, lb, hb = (tf.expand_dims(t, 1) for t in (len_a, len_b, has_b))
-    b_start = la + 2
-    total = b_start + hb * (lb + 1)
-    ids = tf.fill([batch, seq_length], tf.constant(pad_id, tf.int32))
-    if n == 2:
-        ids = tf.where(pos < total, sep_id, ids)  # b's [SEP] (b itself overwritten next)
-        ids = tf.where((pos >= b_start) & (pos < b_start + lb),
-                       gather_cols(dense[1], pos - b_start), ids)
-    ids = tf.where(pos == la + 1, sep_id, ids)
-    ids = tf.where((pos >= 1) & (pos <= la), gather_cols(dense[0], pos - 1), ids)
-    ids = tf.where(pos == 0, cls_id, ids)
-    out = {"input_word_ids": ids, "input_mask": tf.cast(pos < total, tf.int32),
-           "input_type_ids": tf.cast((pos >= b_start) & (pos < total), tf.int32)}
-    if static:
-        for t in out.values():
-            t.set_shape([None, seq_length])
-    return out
-
-
 class TextPreprocessor(tf.Module):
     """Tokenizer + packer shared by every export (in-graph, TF Serving-safe ops only).
 
@@ -146,15 +73,33 @@ class TextPreprocessor(tf.Module):
         pieces = self.tokenizer.tokenize(check_text(text, "text"))
         return pieces.with_flat_values(tf.cast(pieces.flat_values, tf.int32))
 
+    def tokenize_flat(self, text):
+        """string [batch] -> int32 RaggedTensor [batch, pieces]; packing needs no word
+        boundaries, and skipping them is cheaper."""
+        pieces = self.tokenizer.tokenize_flat(check_text(text, "text"))
+        return pieces.with_flat_values(tf.cast(pieces.flat_values, tf.int32))
+
     def pack(self, segments, seq_length=None):
-        """pack_segments with this vocab's special ids; seq_length defaults to the module's."""
-        return pack_segments(list(segments), self.seq_length if seq_length is None
-                             else seq_length, self.cls_id, self.sep_id, self.pad_id)
+        """`text_graph.pack_inputs` with this vocab's special ids.
+
+        Args:
+            segments: 1 or 2 int RaggedTensors [batch, (words), (pieces)] or [batch, (pieces)].
+            seq_length: Python int (static shape) or scalar int32 tensor; default the module's.
+        """
+        segments = list(segments)
+        if not 1 <= len(segments) <= 2:
+            raise BertError(f"bert_pack_inputs: expected 1 or 2 segments, got {len(segments)}")
+        seq_length = self.seq_length if seq_length is None else seq_length
+        if isinstance(seq_length, int):
+            check_seq_length(seq_length, "bert_pack_inputs: seq_length",
+                             pairs=len(segments) == 2)
+        return text_graph.pack_inputs(segments, seq_length, self.cls_id, self.sep_id,
+                                      self.pad_id)
 
     def text_to_ids(self, text, text_b=None, tokenize=None):
         """Encoder inputs for sentences or pairs; `tokenize` overrides the tokenizer (e.g. one
         traced tf.function shared by several signatures)."""
-        tokenize = tokenize or self.tokenize
+        tokenize = tokenize or self.tokenize_flat
         text = check_text(text, "text")
         if text_b is None:
             return self.pack([tokenize(text)])
@@ -177,6 +122,8 @@ class BertPreprocessor(tf.Module):
         # One trace of the tokenizer, called from every function (a Ref keeps the Python
         # function off the saved object graph).
         self._tokenize_fn = common.Ref(tf.function(pre.tokenize, autograph=False))
+        # Packing needs no word boundaries: one trace of the cheaper flat ids.
+        self._tokenize_flat_fn = common.Ref(tf.function(pre.tokenize_flat, autograph=False))
 
         def bert_pack_inputs(inputs, seq_length=pre.seq_length):
             return pre.pack(inputs, seq_length)
@@ -206,11 +153,11 @@ class BertPreprocessor(tf.Module):
 
     @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def __call__(self, text):
-        return self.preprocessing.pack([self._tokenize_fn.obj(text)])
+        return self.preprocessing.pack([self._tokenize_flat_fn.obj(text)])
 
     @tf.function(input_signature=[TEXT_SPEC, TEXT_B_SPEC], autograph=False)
     def serve_pairs(self, text, text_b):
-        return self.preprocessing.text_to_ids(text, text_b, tokenize=self._tokenize_fn.obj)
+        return self.preprocessing.text_to_ids(text, text_b, tokenize=self._tokenize_flat_fn.obj)
 
 
 def export_preprocessor(vocab_file, do_lower_case, export_dir, seq_length=128,

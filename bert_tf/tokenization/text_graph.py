@@ -277,6 +277,7 @@ def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
     """[CLS] a [SEP] (b [SEP]) packed to int32 [batch, seq_length] exactly like the original.
 
     segments: list of 1 or 2 RaggedTensors [batch, (words), (pieces)] or [batch, (pieces)].
+    seq_length: a Python int (static output shape) or a scalar int32 tensor.
     Single segment: cut to seq_length - 2. Pair: cut to seq_length - 3 in total with the
     original's _truncate_seq_pair (pop from the end of the longer, ties pop from b).
     Empty b: the original's convert_single_example tests `if tokens_b:` (a list), so a b that
@@ -288,9 +289,16 @@ def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
     """
     if not 1 <= len(segments) <= 2:
         raise BertError(f"pack_inputs: expected 1 or 2 segments, got {len(segments)}")
-    if seq_length < len(segments) + 1:
+    static = isinstance(seq_length, int)
+    checks = []
+    if static and seq_length < len(segments) + 1:
         raise BertError(f"pack_inputs: seq_length {seq_length} leaves no room for [CLS]/[SEP]")
-    segs = [_flatten_segment(s) for s in segments]
+    if not static:  # a scalar int32 tensor (TF Hub's bert_pack_inputs(..., seq_length=N))
+        seq_length = tf.cast(seq_length, tf.int32)
+        checks.append(tf.debugging.assert_greater_equal(
+            seq_length, len(segments) + 1, message="seq_length leaves no room for [CLS]/[SEP]"))
+    with tf.control_dependencies(checks):
+        segs = [_flatten_segment(s) for s in segments]
     lens = [tf.cast(s.row_lengths(), tf.int32) for s in segs]
     batch = segs[0].nrows(out_type=tf.int32)
     single_len = tf.minimum(lens[0], seq_length - 2)
@@ -303,8 +311,8 @@ def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
         has_b = tf.cast(has_b_row, tf.int32)
     # Segments as dense [batch, seq_length + 1]: never longer than what can be packed, plus
     # one column so that gathers from empty rows/batches stay in range.
-    dense = [tf.pad(s.to_tensor(default_value=0, shape=[None, seq_length]), [[0, 0], [0, 1]])
-             for s in segs]
+    width = [None, seq_length] if static else tf.stack([tf.constant(-1), seq_length])
+    dense = [tf.pad(s.to_tensor(default_value=0, shape=width), [[0, 0], [0, 1]]) for s in segs]
     pos = tf.broadcast_to(tf.range(seq_length, dtype=tf.int32)[tf.newaxis], [batch, seq_length])
     la, lb, hb = (tf.expand_dims(t, 1) for t in (len_a, len_b, has_b))
     b_start = la + 2  # position of b's first piece
@@ -319,7 +327,11 @@ def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
     ids = tf.where(pos == 0, cls_id, ids)
     mask = tf.cast(pos < total, tf.int32)
     type_ids = tf.cast((pos >= b_start) & (pos < total), tf.int32)
-    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids}
+    out = {"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids}
+    if static:
+        for t in out.values():
+            t.set_shape([None, seq_length])
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
