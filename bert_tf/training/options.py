@@ -11,10 +11,10 @@ from bert_tf.script_flags import flag
 # The original's TPU flags.
 TPU_FLAGS = ("use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores")
 # Flags only a training script has (extract_features leaves them out).
-TRAINING_FLAGS = ("output_dir", "init_checkpoint", "train_batch_size", "eval_batch_size",
-                  "learning_rate", "num_train_steps", "save_checkpoints_steps",
-                  "iterations_per_loop", "optimizer", "weight_decay_rate", "grad_accum_steps",
-                  "jit_compile", "seed", "export_dir", "tpu_name", "tpu_zone", "gcp_project")
+TRAINING_FLAGS = ("output_dir", "train_batch_size", "eval_batch_size", "learning_rate",
+                  "num_train_steps", "save_checkpoints_steps", "iterations_per_loop",
+                  "optimizer", "weight_decay_rate", "grad_accum_steps", "jit_compile", "seed",
+                  "export_dir")
 
 
 @dataclasses.dataclass
