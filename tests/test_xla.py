@@ -64,7 +64,7 @@ def _finetune_trainer(name, tok, tmp_path, jit, precision="none"):
                              max_seq_length=SEQ, train_batch_size=4, learning_rate=1e-3,
                              seed=3, progress=False, strategy="one_device", jit_compile=jit,
                              mixed_precision=precision)
-    task, arrays = FINETUNE[name](tok, cfg, tiny_bert_config(vocab_size=len(VOCAB)),
+    task, arrays = FINETUNE[name](tok, cfg, tiny_bert_config(vocab_size=len(VOCAB), num_hidden_layers=1),
                                   np.random.default_rng(0))
     trainer = finetune.make_trainer(task, cfg)
     # No dropout in the heads either: XLA draws other random numbers than the plain step.
@@ -81,7 +81,7 @@ def _pretraining_trainer(pattern, tmp_path, jit, precision="none"):
         max_predictions_per_seq=5, train_batch_size=4, learning_rate=1e-3, num_train_steps=10,
         num_warmup_steps=1, seed=3, progress=False, strategy="one_device", jit_compile=jit,
         mixed_precision=precision)
-    trainer = pretraining.make_trainer(tiny_bert_config(), options)
+    trainer = pretraining.make_trainer(tiny_bert_config(num_hidden_layers=1), options)
     return trainer, trainer.task.dataset_fn(pattern, True)
 
 
@@ -142,7 +142,7 @@ def test_training_datasets_have_static_shapes(name, tokenizer, pattern, tmp_path
     assert model_inputs <= set(ds.element_spec)
 
 
-@pytest.mark.parametrize("name", ["pretraining", "ner"])
+@pytest.mark.parametrize("name", [pytest.param("pretraining", marks=pytest.mark.slow), "ner"])
 def test_bfloat16_xla_step_runs(name, tokenizer, pattern, tmp_path, restore_policy):
     ref, data = _make(name, tokenizer, pattern, tmp_path, jit=False)
     want = _two_steps(ref, data)
