@@ -328,3 +328,69 @@ def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, records):
     bad = _cli([f"--bert_config_file={tmp_path / 'nope.json'}"] + common, tmp_path)
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1] == got["missing config"]
+
+
+def _vocab(path, tokens):
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_vocab_file_exports_text_in_models_for_serving(tmp_path, records, caplog):
+    import logging
+    from bert_tf.export import serving
+    pattern, _ = records
+    config_file = tmp_path / "bert_config.json"
+    tiny_bert_config().to_json_file(str(config_file))
+    # ids 1-3 are [CLS]/[SEP]/[MASK] in the synthetic records, as in this vocab
+    tokens = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"] + [f"w{i}" for i in range(59)]
+    common = dict(bert_config_file=str(config_file), input_file=pattern, do_train=True,
+                  num_train_steps=2, num_warmup_steps=1, iterations_per_loop=2)
+    # Bad vocabs fail before any step, and leave nothing behind.
+    for bad, want in ((tokens[:-1], r"63 tokens but .* has vocab_size 64"),
+                      ([t for t in tokens if t != "[MASK]"] + ["w59"], r"no \[MASK\] token")):
+        out = tmp_path / "bad"
+        with pytest.raises(bert_tf.BertError, match=r"^--vocab_file=.*: " + want):
+            run_pretraining(_options(output_dir=str(out), vocab_file=_vocab(
+                tmp_path / "bad_vocab.txt", bad), **common))
+        assert not out.exists()
+    # Without a vocab: the ids-in encoder, and one line saying how to get text-in models.
+    out = tmp_path / "out"
+    with caplog.at_level(logging.INFO, logger="bert_tf"):
+        run_pretraining(_options(output_dir=str(out), **common))
+    hints = [r.getMessage() for r in caplog.records if "--vocab_file" in r.getMessage()]
+    assert len(hints) == 1 and "ids-in encoder" in hints[0]
+    assert (out / "export" / "saved_model.pb").exists()
+    # The separate export step with a vocab: four models in the TF Serving layout.
+    export_dir = tmp_path / "serving"
+    result = run_pretraining(_options(
+        bert_config_file=str(config_file), output_dir=str(out), export_dir=str(export_dir),
+        vocab_file=_vocab(tmp_path / "vocab.txt", tokens), do_lower_case=True,
+        model_name="tiny"))
+    assert result["export_dir"] == str(export_dir)
+    names = ["tiny", "tiny_embeddings", "tiny_encoder", "tiny_preprocessor"]
+    assert sorted(os.listdir(export_dir)) == names
+    loaded = {}
+    for name in names:
+        assert os.listdir(export_dir / name) == ["1"]
+        path = str(export_dir / name / "1")
+        loaded[name] = tf.saved_model.load(path)
+        requests = serving.read_warmup_file(os.path.join(path, "assets.extra",
+                                                         serving.WARMUP_FILE))
+        assert len(requests) >= 2 and {r.model_spec.name for r in requests} == {name}
+        for request in requests:  # every warm-up request runs against its model
+            assert serving.run_predict_request(loaded[name], request)
+    # Text in: the preprocessor's ids through the exported encoder = the trained encoder.
+    trained = make_trainer(tiny_bert_config(), _options(output_dir=str(out)))
+    assert trained.restore() == "resumed"
+    ids = loaded["tiny_preprocessor"].signatures["serving_default"](
+        text=tf.constant(["w1 w2 w3", "w4"]))
+    assert ids["input_word_ids"].numpy()[0, :5].tolist() == [1, 6, 7, 8, 2]
+    want = trained.model.encoder(ids, training=False)["pooled_output"].numpy()
+    got = loaded["tiny_encoder"].signatures["serving_default"](**ids)["pooled_output"]
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+    emb = loaded["tiny_embeddings"].signatures["serving_default"](
+        text=tf.constant(["w1 w2 w3", "w4"]))["pooled_output"]
+    np.testing.assert_allclose(emb.numpy(), want, atol=1e-5)
+    fill = loaded["tiny"].signatures["serving_default"](text=tf.constant(["w1 [MASK] w3"]))
+    assert fill["mask_count"].numpy().tolist() == [1]
+    assert {t.decode() for t in fill["top_k_tokens"].numpy()[0, 0]} <= set(tokens)
