@@ -171,6 +171,9 @@ def arrays_dataset_fn(features):
         ds = tf.data.Dataset.from_tensor_slices(features)
         if ctx.num_input_pipelines > 1:
             ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        # TF mixes the global seed into the shuffle's: set it to the checkpoint's data seed so
+        # that a resumed run (whatever its --seed) continues the same order.
+        tf.random.set_seed(seed)
         ds = ds.shuffle(min(n, 100_000), seed=seed, reshuffle_each_iteration=True).repeat()
         ds = ds.batch(batch_size, drop_remainder=True)
         if skip_batches:  # a resumed run continues the same stream
