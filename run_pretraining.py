@@ -25,7 +25,7 @@ FLAGS = flags.FLAGS
 
 # Every flag is a field of PretrainingOptions (the original's names and defaults, the TF2
 # additions, and --vocab_file/--do_lower_case/--model_name for the text-in export).
-script_flags.define_flags(PretrainingOptions, exclude=("keep_checkpoint_max",))
+script_flags.define_flags(PretrainingOptions)
 flags.adopt_module_key_flags(script_flags)  # listed in --help too
 
 

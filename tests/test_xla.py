@@ -64,8 +64,8 @@ def _finetune_trainer(name, tok, tmp_path, jit, precision="none"):
                              max_seq_length=SEQ, train_batch_size=4, learning_rate=1e-3,
                              seed=3, progress=False, strategy="one_device", jit_compile=jit,
                              mixed_precision=precision)
-    task, arrays = FINETUNE[name](tok, cfg, tiny_bert_config(vocab_size=len(VOCAB), num_hidden_layers=1),
-                                  np.random.default_rng(0))
+    bert_config = tiny_bert_config(vocab_size=len(VOCAB), num_hidden_layers=1)
+    task, arrays = FINETUNE[name](tok, cfg, bert_config, np.random.default_rng(0))
     trainer = finetune.make_trainer(task, cfg)
     # No dropout in the heads either: XLA draws other random numbers than the plain step.
     for layer in trainer.model._flatten_layers():

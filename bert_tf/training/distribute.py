@@ -17,9 +17,9 @@ code path.
 import glob
 import itertools
 import json
+import logging
 import os
 import re
-import logging
 
 import keras
 import tensorflow as tf
@@ -171,9 +171,9 @@ def strategy_from_options(options):
     if use_tpu and name not in (None, "tpu"):
         raise BertError(f"--use_tpu: conflicts with --strategy={name}")
     name = "tpu" if use_tpu else (name or "auto")
-    strategy = get_strategy(name, getattr(options, "tpu_name", None)
-                            or getattr(options, "master", None),
-                            getattr(options, "tpu_zone", None), getattr(options, "gcp_project", None))
+    tpu_name = getattr(options, "tpu_name", None) or getattr(options, "master", None)
+    strategy = get_strategy(name, tpu_name, getattr(options, "tpu_zone", None),
+                            getattr(options, "gcp_project", None))
     cores = getattr(options, "num_tpu_cores", None)
     if name == "tpu" and cores and strategy.num_replicas_in_sync != cores:
         logging.getLogger("bert_tf").warning(

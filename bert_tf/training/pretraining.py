@@ -5,8 +5,6 @@ NSP mean, both over the *global* batch: `normalizers()` gives the weight sum and
 count, which the trainer sums over replicas before `loss()` divides by them. Strategy,
 accumulation, mixed precision, XLA, checkpoints and resume: bert_tf.training.trainer.
 """
-import logging
-
 import tensorflow as tf
 
 from bert_tf import BertError
@@ -14,9 +12,8 @@ from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.models import BertPretrainer, build_model
 from bert_tf.training.input_pipeline import list_files, pretraining_dataset
 from bert_tf.training.options import PretrainingOptions  # noqa: F401  (API)
-from bert_tf.training.trainer import Task, Trainer
-
-log = logging.getLogger("bert_tf")
+from bert_tf.training.task import Task
+from bert_tf.training.trainer import Trainer
 
 STAT_KEYS = ("loss", "mlm_loss_sum", "mlm_weight", "mlm_correct", "nsp_loss_sum", "nsp_correct",
              "examples")

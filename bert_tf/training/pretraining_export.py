@@ -45,13 +45,13 @@ def check_vocab(options, bert_config):
                         "(a BERT vocab needs [CLS], [SEP] and [MASK])")
 
 
-def _with_warmup(export_fn, final_dir, requests_fn):
-    """export_fn(tmp_dir) writes a SavedModel; add warm-up requests; rename to final_dir."""
+def _with_warmup(export_fn, final_dir, requests):
+    """export_fn(tmp_dir) writes a SavedModel; add warm-up requests; rename to final_dir (TF
+    Serving never loads the non-numeric temp folder)."""
     from bert_tf.export import common, serving
     tmp = common.tmp_dir_for(final_dir)
     try:
         export_fn(tmp)
-        requests = requests_fn(tf.saved_model.load(tmp))
         serving.write_warmup_file(common.join(tmp, common.EXTRA_DIR, serving.WARMUP_FILE),
                                   requests)
         tf.io.gfile.rename(tmp, final_dir, overwrite=False)
@@ -90,20 +90,14 @@ def export_pretrained(model, export_dir, options):
     texts = tf.constant([t.encode() for t in serving.DEFAULT_WARMUP_TEXTS])
     pre_dir, enc_dir = (posixpath.join(export_dir, n, str(version)) for n in names[2:])
 
-    def pre_requests(loaded):
-        return [serving.predict_request(names[2], "serving_default", {"text": texts[:1]}),
-                serving.predict_request(names[2], "serving_default", {"text": texts})]
-
-    _with_warmup(lambda d: export.export_preprocessor(vocab, lower, d, seq), pre_dir,
-                 pre_requests)
+    _with_warmup(lambda d: export.export_preprocessor(vocab, lower, d, seq), pre_dir, [
+        serving.predict_request(names[2], "serving_default", {"text": texts[:1]}),
+        serving.predict_request(names[2], "serving_default", {"text": texts})])
+    # The encoder's warm-up inputs: the exported preprocessor's ids of the same texts.
     ids = {k: v.numpy() for k, v in
            tf.saved_model.load(pre_dir).signatures["serving_default"](text=texts).items()}
-
-    def enc_requests(loaded):
-        return [serving.predict_request(names[3], "serving_default",
-                                        {k: v[:1] for k, v in ids.items()}),
-                serving.predict_request(names[3], "serving_default", ids)]
-
-    _with_warmup(lambda d: export.export_encoder(model.encoder, d), enc_dir, enc_requests)
+    _with_warmup(lambda d: export.export_encoder(model.encoder, d), enc_dir, [
+        serving.predict_request(names[3], "serving_default", {k: v[:1] for k, v in ids.items()}),
+        serving.predict_request(names[3], "serving_default", ids)])
     log.info("exported %s/{%s}/%d", export_dir, ",".join(names), version)
     return export_dir

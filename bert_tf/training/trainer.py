@@ -148,8 +148,9 @@ class Trainer:
         Returns:
             "resumed", "initialized" or "fresh".
         """
-        latest = tf.train.latest_checkpoint(self.options.output_dir or ".")
-        if self.options.output_dir and latest:
+        out = self.options.output_dir
+        latest = tf.train.latest_checkpoint(out) if out else None
+        if latest:
             status = self._checkpoint().restore(latest)
             if self.optimizer is None:
                 status.expect_partial()
