@@ -164,7 +164,11 @@ class FinetuneTask(Task):
 
 def arrays_dataset_fn(features):
     """The trainer's dataset_fn over in-memory arrays: shuffled, repeated, full batches only
-    (static shapes), each input pipeline its own share."""
+    (static shapes), each input pipeline its own share.
+
+    Args:
+        features: dict of NumPy arrays with a leading example axis.
+    """
     def fn(ctx, batch_size, seed, skip_batches):
         import tensorflow as tf
         n = len(next(iter(features.values())))
@@ -183,7 +187,12 @@ def arrays_dataset_fn(features):
 
 
 def make_trainer(task, cfg):
-    """A Trainer for `task` under cfg's strategy and precision."""
+    """A Trainer for `task` under cfg's strategy and precision.
+
+    Args:
+        task: a FinetuneTask (or any Task).
+        cfg: the task's RunConfig.
+    """
     from bert_tf.training.trainer import Trainer
     return Trainer(task, cfg)
 
@@ -191,7 +200,12 @@ def make_trainer(task, cfg):
 def train(trainer, features, num_train_steps, num_warmup_steps):
     """Train to num_train_steps on feature arrays, resuming from output_dir.
 
-    Returns the mean loss of the last loop (None when the checkpoint is already there).
+    Args:
+        trainer: from make_trainer.
+        features: dict of NumPy arrays (encoder inputs and labels), leading example axis.
+        num_train_steps, num_warmup_steps: the schedule (RunConfig.train_steps).
+    Returns:
+        The mean loss of the last loop (None when the checkpoint is already there).
     """
     trainer.build_optimizer(num_train_steps, num_warmup_steps)
     trainer.restore()
@@ -203,7 +217,15 @@ def train(trainer, features, num_train_steps, num_warmup_steps):
 
 
 def predict(trainer, features, batch_size, output_keys, desc="predict"):
-    """Model outputs (float32 NumPy) for every example, in order."""
+    """Model outputs (float32 NumPy) for every example, in order.
+
+    Args:
+        trainer: from make_trainer (restored).
+        features: dict of NumPy arrays with the encoder inputs.
+        batch_size: global batch.
+        output_keys: model outputs to return.
+        desc: progress bar label.
+    """
     results = {k: [] for k in output_keys}
     for out in predict_batches(trainer, features, batch_size, output_keys, desc):
         for k in output_keys:

@@ -78,6 +78,19 @@ class TrainerOptions:
     export_dir: str = flag(None, "Where to export after training (default: "
                            "<output_dir>/export).")
 
+    def check(self, num_replicas):
+        """One-line BertErrors for options no trainer can run with on `num_replicas`."""
+        from bert_tf import BertError
+        n, batch = num_replicas, self.train_batch_size
+        if batch <= 0 or batch % n:
+            raise BertError(f"--train_batch_size: {batch} is not divisible by the {n} replicas")
+        if self.grad_accum_steps < 1 or (batch // n) % self.grad_accum_steps:
+            raise BertError(f"--grad_accum_steps: the per-replica batch {batch // n} is not "
+                            f"divisible by {self.grad_accum_steps}")
+        for name in ("iterations_per_loop", "save_checkpoints_steps"):
+            if getattr(self, name) <= 0:
+                raise BertError(f"--{name}: must be > 0, got {getattr(self, name)}")
+
 
 @dataclasses.dataclass
 class PretrainingOptions(TrainerOptions):

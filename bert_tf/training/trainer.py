@@ -61,7 +61,7 @@ class Trainer:
         self.strategy = strategy or distribute.strategy_from_options(o)
         n = self.strategy.num_replicas_in_sync
         self.is_chief = distribute.is_chief(self.strategy)
-        self._check_options(n)
+        o.check(n)
         task.check(o, n)
         if o.seed is not None:
             keras.utils.set_random_seed(o.seed)
@@ -86,18 +86,6 @@ class Trainer:
         elif o.jit_compile:  # cross-device all-reduces stay outside XLA
             self._grad_fn = tf.function(self._forward_backward, jit_compile=True)
 
-    def _check_options(self, n):
-        o = self.options
-        if o.train_batch_size <= 0 or o.train_batch_size % n:
-            raise BertError(f"--train_batch_size: {o.train_batch_size} is not divisible by the "
-                            f"{n} replicas")
-        if o.grad_accum_steps < 1 or (o.train_batch_size // n) % o.grad_accum_steps:
-            raise BertError(f"--grad_accum_steps: the per-replica batch {o.train_batch_size // n}"
-                            f" is not divisible by {o.grad_accum_steps}")
-        for name in ("iterations_per_loop", "save_checkpoints_steps"):
-            if getattr(o, name) <= 0:
-                raise BertError(f"--{name}: must be > 0, got {getattr(o, name)}")
-
     @property
     def step(self):
         """The global step as a Python int."""
@@ -106,7 +94,12 @@ class Trainer:
     # ---- optimizer and checkpoints --------------------------------------------------------
 
     def build_optimizer(self, num_train_steps, num_warmup_steps):
-        """Create the optimizer and its schedule (before `restore()` to resume its state)."""
+        """Create the optimizer and its schedule (before `restore()` to resume its state).
+
+        Args:
+            num_train_steps: updates until the learning rate reaches 0.
+            num_warmup_steps: updates of linear warm-up.
+        """
         o = self.options
         with self.strategy.scope():
             inner = create_optimizer(o.learning_rate, num_train_steps, num_warmup_steps,
@@ -257,7 +250,12 @@ class Trainer:
         return stats
 
     def train_loop(self, iterator, steps):
-        """Run `steps` training steps on a distributed iterator; returns the summed stats."""
+        """Run `steps` training steps; returns the stats summed over replicas and steps.
+
+        Args:
+            iterator: over `distribute(dataset_fn, training=True)`.
+            steps: number of steps (one traced loop serves every count).
+        """
         if self._train_loop_fn is None:
             strategy, keys = self.strategy, self.task.stat_keys
 
@@ -408,14 +406,23 @@ class Trainer:
         return results
 
     def write_results(self, results, name="eval_results.txt"):
-        """`key = value` lines (sorted) to output_dir/name, atomically; returns the path."""
+        """`key = value` lines (sorted) to output_dir/name, atomically; returns the path.
+
+        Args:
+            results: dict of metric name -> number.
+            name: file name in output_dir.
+        """
         tf.io.gfile.makedirs(self.options.output_dir)
         path = posixpath.join(self.options.output_dir, name)
         fileio.write_eval_results(path, results)
         return path
 
     def export(self, export_dir=None):
-        """task.export into export_dir (default output_dir/export); None on non-chiefs."""
+        """task.export of the model; the path written, None on non-chiefs.
+
+        Args:
+            export_dir: default options.export_dir, else output_dir/export.
+        """
         export_dir = export_dir or self.options.export_dir or posixpath.join(
             self.options.output_dir, "export")
         if self.is_chief:
