@@ -127,9 +127,3 @@ def run_script(run, options_cls, report=None):
     logging.set_verbosity(logging.INFO)
     app.run(main_for(run, options_cls, report), flags_parser=parse_flags)
 
-
-def define_tpu_flags():
-    """The original's TPU flags (same names/defaults), from TrainerOptions."""
-    from bert_tf.training.options import TPU_FLAGS, TrainerOptions
-    define_flags(TrainerOptions, exclude=[f.name for f in dataclasses.fields(TrainerOptions)
-                                          if f.name not in TPU_FLAGS])

@@ -8,8 +8,6 @@ import dataclasses
 
 from bert_tf.script_flags import flag
 
-# The original's TPU flags.
-TPU_FLAGS = ("use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores")
 # Flags only a training script has (extract_features leaves them out).
 TRAINING_FLAGS = ("output_dir", "train_batch_size", "eval_batch_size", "learning_rate",
                   "num_train_steps", "save_checkpoints_steps", "iterations_per_loop",
