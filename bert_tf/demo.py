@@ -6,10 +6,11 @@ Each step runs the same top-level script a user would run with their own data, a
 command first so it can be copied:
   1. learn a WordPiece vocab from tfrecords/sample_corpus.txt (python -m bert_tf.tokenization.vocab_builder)
   2. create_pretraining_data.py -> sharded TFRecords + stats JSON
-  3. run_pretraining.py with a tiny config (loss printed each loop)
-  4. SavedModels in <export_base>/bert_demo{,_preprocessor,_encoder}/<version>/: the encoder
-     from run_pretraining.py's end-of-training export, the end-to-end fill-mask model and the
-     preprocessor from export_savedmodel.py
+  3. run_pretraining.py with a tiny config (loss printed each loop) and --vocab_file, so its
+     end-of-training export writes the SavedModels
+  4. <export_base>/bert_demo{,_embeddings,_preprocessor,_encoder}/<version>/ (TF Serving
+     layout, warm-up requests): text-in fill-mask and embeddings, the TF Hub preprocessor +
+     encoder pair
   5. a fresh process (bert_tf/demo_predict.py, plain Keras) loads the exports and prints
      fill-mask predictions and sentence embeddings
   6. the tensorflow_model_server / docker command and a curl request for the fill-mask model.
@@ -163,11 +164,14 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
         f"--max_predictions_per_seq={max_predictions_per_seq}", f"--dupe_factor={dupe_factor}",
         f"--random_seed={seed}"])
 
-    names = [MODEL_NAME, f"{MODEL_NAME}_preprocessor", f"{MODEL_NAME}_encoder"]
+    # run_pretraining.py picks the same version: the next one above all four models'.
+    names = [MODEL_NAME + s for s in ("", "_embeddings", "_preprocessor", "_encoder")]
     version = _next_version(export_base, names)
-    fill_mask_dir, pre_dir, enc_dir = (posixpath.join(export_base, n, str(version)) for n in names)
+    fill_mask_dir, _, pre_dir, enc_dir = (posixpath.join(export_base, n, str(version))
+                                          for n in names)
 
-    _say("3/6 run_pretraining.py: masked-LM + NSP pre-training (exports the encoder at the end)")
+    _say("3/6 run_pretraining.py: masked-LM + NSP pre-training (exports text-in SavedModels "
+         "at the end)")
     train_dir = os.path.join(output_dir, "pretraining")
     if os.path.isdir(train_dir):  # a fresh run each time, not a resume of the last demo
         import shutil
@@ -182,18 +186,16 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
         f"--num_warmup_steps={max(1, train_steps // 10)}",
         f"--save_checkpoints_steps={iterations_per_loop * 2}",
         f"--iterations_per_loop={iterations_per_loop}", "--max_eval_steps=10",
-        f"--seed={seed}", f"--export_dir={enc_dir}"],
+        f"--seed={seed}", f"--vocab_file={vocab_file}", lower, f"--export_dir={export_base}",
+        f"--model_name={MODEL_NAME}", "--noprogress"],
         log_path=os.path.join(output_dir, "pretraining.log"))
     losses = parse_losses(train_log)
 
-    _say("4/6 export_savedmodel.py: end-to-end fill-mask (text in) and the preprocessor")
-    _run(_script("export_savedmodel.py") + [
-        f"--bert_config_file={config_file}", f"--init_checkpoint={train_dir}",
-        f"--vocab_file={vocab_file}", lower, "--kind=end_to_end", "--task=fill_mask",
-        "--top_k=5", f"--export_base={export_base}", f"--model_name={MODEL_NAME}",
-        f"--version={version}"])
-    _run(_script("export_savedmodel.py") + [f"--vocab_file={vocab_file}", lower,
-                                            "--kind=preprocessor", f"--export_dir={pre_dir}"])
+    _say("4/6 the exports run_pretraining.py wrote (TF Serving layout, warm-up requests)")
+    for path in (posixpath.join(export_base, n, str(version)) for n in names):
+        if not os.path.exists(os.path.join(path, "saved_model.pb")):
+            raise BertError(f"{path}: run_pretraining.py did not export it")
+        print(f"  {path}")
 
     _say("5/6 a fresh process loads the exports with plain Keras (no bert_tf import)")
     predict_out = _run([sys.executable, os.path.join(REPO, "bert_tf", "demo_predict.py"),

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from bert_tf.training.input_pipeline import pretraining_dataset
-from bert_tf.training.pretraining import PretrainingOptions, PretrainingRunner, summarize
+from bert_tf.training.pretraining import PretrainingOptions, make_trainer, summarize
 from conftest import tiny_bert_config, write_pretraining_records
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,9 +114,9 @@ def _summaries(out, tag):
 def _single_process_losses(pattern, out, steps):
     """One process, one device, global batch 8 = worker 0's 4 examples + worker 1's 4 examples
     (each worker reads its own file, as the input pipeline shards them)."""
-    options = PretrainingOptions(num_train_steps=steps, save_checkpoints_steps=100, **FLAGS)
-    runner = PretrainingRunner(tiny_bert_config(), out, options,
-                               tf.distribute.OneDeviceStrategy("/cpu:0"))
+    options = PretrainingOptions(output_dir=out, num_train_steps=steps,
+                                 save_checkpoints_steps=100, **FLAGS)
+    runner = make_trainer(tiny_bert_config(), options, tf.distribute.OneDeviceStrategy("/cpu:0"))
     shards = [pretraining_dataset(pattern, 4, 32, 5, True, seed=7,
                                   input_context=tf.distribute.InputContext(2, i, 2))
               for i in range(2)]

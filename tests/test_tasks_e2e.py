@@ -193,6 +193,7 @@ def test_ner_export_tags_like_the_library(tmp_path, tf1_model):
     ("run_squad.py", "bert_tf.tasks.squad:SquadConfig"),
     ("run_ner.py", "bert_tf.tasks.ner:NerConfig"),
     ("extract_features.py", "bert_tf.tasks.features:FeatureConfig"),
+    ("run_pretraining.py", "bert_tf.training.options:PretrainingOptions"),
 ])
 def test_script_flag_defaults_match_library(script, config):
     """The script's flags have the library config's defaults; the original flags exist."""
@@ -224,8 +225,9 @@ def test_script_flag_defaults_match_library(script, config):
             cli.main_for(fail, cls)(["x"])
         except SystemExit as e:
             exit_msg = str(e.code)
+        defaults = {{name: flags.FLAGS[name].default for name in flags.FLAGS}}
         print(json.dumps({{"bad": bad, "tf": tf_imported, "flags": sorted(flags.FLAGS),
-                           "cfg": got_cfg, "exit": exit_msg}}))
+                           "cfg": got_cfg, "exit": exit_msg, "defaults": defaults}}))
     """)
     proc = _run(["-c", check])
     got = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -247,8 +249,30 @@ def test_script_flag_defaults_match_library(script, config):
         "extract_features.py": {"input_file", "output_file", "layers", "batch_size",
                                 "use_one_hot_embeddings"},
         "run_ner.py": {"data_dir", "labels"},
+        "run_pretraining.py": {"bert_config_file", "input_file", "output_dir",
+                               "init_checkpoint", "do_train", "do_eval", "use_tpu", "tpu_name",
+                               "tpu_zone", "gcp_project", "master", "num_tpu_cores"},
     }[script]
     assert originals <= set(got["flags"])
+    # The original defaults (flags are made from the options dataclasses now).
+    original_defaults = {
+        "run_pretraining.py": dict(max_seq_length=128, max_predictions_per_seq=20,
+                                   train_batch_size=32, eval_batch_size=8, learning_rate=5e-5,
+                                   num_train_steps=100000, num_warmup_steps=10000,
+                                   save_checkpoints_steps=1000, iterations_per_loop=1000,
+                                   max_eval_steps=100, num_tpu_cores=8, use_tpu=False),
+        "run_classifier.py": dict(max_seq_length=128, train_batch_size=32, eval_batch_size=8,
+                                  predict_batch_size=8, learning_rate=5e-5,
+                                  num_train_epochs=3.0, warmup_proportion=0.1,
+                                  save_checkpoints_steps=1000, iterations_per_loop=1000,
+                                  do_lower_case=True),
+        "run_squad.py": dict(max_seq_length=384, doc_stride=128, max_query_length=64,
+                             train_batch_size=32, predict_batch_size=8, n_best_size=20,
+                             max_answer_length=30, null_score_diff_threshold=0.0),
+        "extract_features.py": dict(layers="-1,-2,-3,-4", max_seq_length=128, batch_size=32),
+        "run_ner.py": dict(max_seq_length=128, train_file="train.txt", label_scheme="iob2"),
+    }[script]
+    assert {k: got["defaults"][k] for k in original_defaults} == original_defaults
 
 
 def test_script_errors_are_one_line(tmp_path):

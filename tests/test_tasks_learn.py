@@ -242,13 +242,17 @@ def _tagging_tuner(tmp_path, name, **overrides):
     from conftest import tiny_bert_config
     from bert_tf.modeling.models import BertTokenClassifier
     from bert_tf.tasks import finetune
+
+    class NoDropoutTagging(finetune.FinetuneTask):
+        # no dropout anywhere (the head's default is 0.1): replicas draw other masks
+        def build_model(self):
+            return finetune.built(BertTokenClassifier(tiny_bert_config(num_hidden_layers=1), 3,
+                                                      dropout_rate=0.0), self.cfg)
+
     cfg = finetune.RunConfig(output_dir=str(tmp_path / name), max_seq_length=8,
                              train_batch_size=4, learning_rate=1e-2, seed=1, progress=False,
                              **overrides)
-    # no dropout anywhere (the head's default is 0.1): replicas draw other masks
-    return finetune.Finetuner(lambda: BertTokenClassifier(tiny_bert_config(num_hidden_layers=1),
-                                                          3, dropout_rate=0.0),
-                              finetune.tagging_loss, cfg)
+    return finetune.make_trainer(NoDropoutTagging(cfg, "tagging"), cfg)
 
 
 def _tagging_arrays():
@@ -265,18 +269,19 @@ def _tagging_arrays():
 
 def test_finetuner_mirrored_and_bfloat16_match_one_device(tmp_path):
     import keras
+    from bert_tf.tasks import finetune
     from conftest import TWO_CPUS
     arrays = _tagging_arrays()
     one = _tagging_tuner(tmp_path, "one", strategy="one_device")
     start = [w.copy() for w in one.model.get_weights()]
-    loss_one = one.train(arrays, 2, 0)
+    loss_one = finetune.train(one, arrays, 2, 0)
     want = one.model.get_weights()
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(want, start)) > 1e-3
     if TWO_CPUS:
         two = _tagging_tuner(tmp_path, "two", strategy="mirrored")
         assert two.strategy.num_replicas_in_sync == 2
         two.model.set_weights(start)
-        assert two.train(arrays, 2, 0) == pytest.approx(loss_one, rel=1e-5)
+        assert finetune.train(two, arrays, 2, 0) == pytest.approx(loss_one, rel=1e-5)
         for a, b in zip(two.model.get_weights(), want):
             np.testing.assert_allclose(a, b, atol=2e-5)
     # bfloat16 compute, float32 variables and outputs: predictions track the float32 model's
@@ -285,9 +290,9 @@ def test_finetuner_mirrored_and_bfloat16_match_one_device(tmp_path):
         assert bf.model.dtype_policy.compute_dtype == "bfloat16"
         assert {w.dtype for w in bf.model.get_weights()} == {np.dtype("float32")}
         bf.model.set_weights(want)
-        logits = bf.predict(arrays, 3, ["logits"])["logits"]
+        logits = finetune.predict(bf, arrays, 3, ["logits"])["logits"]
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
-    full = one.predict(arrays, 3, ["logits"])["logits"]
+    full = finetune.predict(one, arrays, 3, ["logits"])["logits"]
     assert logits.dtype == np.float32 and logits.shape == (4, 8, 3)
     assert 0 < np.max(np.abs(logits - full)) < 0.1 * np.max(np.abs(full))

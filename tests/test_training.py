@@ -1,4 +1,4 @@
-"""bert_tf.training.pretraining and run_pretraining.py: learning, replicas, resume, accumulation, precision,
+"""bert_tf.training.pretraining (on the one trainer) and run_pretraining.py: learning, replicas, resume, accumulation, precision,
 eval results and command-line errors (tiny config, CPU)."""
 import os
 import subprocess
@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from bert_tf.training.distribute import get_strategy, set_mixed_precision
 from bert_tf.modeling.models import BertPretrainer, build_model
-from bert_tf.training.pretraining import (EVAL_KEYS, PretrainingOptions, PretrainingRunner,
-                              run_pretraining, summarize)
+from bert_tf.training.pretraining import (EVAL_KEYS, PretrainingOptions, make_trainer,
+                                          run_pretraining, summarize)
 from conftest import TWO_CPUS, tiny_bert_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,16 +23,20 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _options(**kw):
     base = dict(max_seq_length=32, max_predictions_per_seq=5, train_batch_size=8,
                 eval_batch_size=8, learning_rate=1e-3, num_train_steps=20, num_warmup_steps=2,
-                save_checkpoints_steps=100, iterations_per_loop=1, seed=7)
+                save_checkpoints_steps=100, iterations_per_loop=1, seed=7, progress=False)
     base.update(kw)
     return PretrainingOptions(**base)
 
 
 def _runner(tmp_path, name, config=None, strategy=None, **kw):
-    runner = PretrainingRunner(config or tiny_bert_config(), str(tmp_path / name), _options(**kw),
-                               strategy)
+    runner = make_trainer(config or tiny_bert_config(),
+                          _options(output_dir=str(tmp_path / name), **kw), strategy)
     runner.restore()
     return runner
+
+
+def _train(runner, pattern, until_step=None):
+    return runner.train(runner.task.dataset_fn(pattern, True), until_step=until_step)
 
 
 def _losses(history):
@@ -55,7 +59,7 @@ def reference(records, tmp_path_factory):
     """One device, float32, no dropout, global batch 8: 3 steps (compared against below)."""
     runner = _runner(tmp_path_factory.mktemp("reference"), "ref",
                      strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
-    history = runner.train(records[0], until_step=3)
+    history = _train(runner, records[0], until_step=3)
     assert _losses(history)[0] != _losses(history)[2]
     return runner, history
 
@@ -65,11 +69,12 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, records):
     config_file = tmp_path / "bert_config.json"
     tiny_bert_config(dropout=0.1).to_json_file(str(config_file))
     out = tmp_path / "out"
-    result = run_pretraining(str(config_file), pattern, str(out), do_train=True, do_eval=True,
-                             options=_options(train_batch_size=16, learning_rate=1e-3,
-                                              num_train_steps=50, num_warmup_steps=5,
-                                              iterations_per_loop=10, save_checkpoints_steps=25,
-                                              max_eval_steps=4))
+    result = run_pretraining(_options(bert_config_file=str(config_file), input_file=pattern,
+                                      output_dir=str(out), do_train=True, do_eval=True,
+                                      train_batch_size=16, learning_rate=1e-3,
+                                      num_train_steps=50, num_warmup_steps=5,
+                                      iterations_per_loop=10, save_checkpoints_steps=25,
+                                      max_eval_steps=4))
     losses = _losses(result["train"])
     assert [m["step"] for m in result["train"]] == [10, 20, 25, 35, 45, 50]
     assert losses[-1] < losses[0] - 0.4 and max(losses[-2:]) < min(losses[:2]), losses
@@ -94,8 +99,8 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, records):
                             "masked_lm_loss", "next_sentence_accuracy", "next_sentence_loss"]
     assert tags["loss"] == [10, 20, 25, 35, 45, 50]
     # --init_checkpoint from that output_dir, and the exported encoder, hold the trained weights.
-    init = PretrainingRunner(tiny_bert_config(dropout=0.1), str(tmp_path / "init"),
-                             _options(init_checkpoint=str(out)))
+    init = make_trainer(tiny_bert_config(dropout=0.1),
+                        _options(output_dir=str(tmp_path / "init"), init_checkpoint=str(out)))
     assert init.restore() == "initialized" and int(init.global_step.numpy()) == 0
     ids = _ids_batch()
     want = init.model.encoder(ids, training=False)["pooled_output"].numpy()
@@ -112,8 +117,8 @@ def test_init_checkpoint_accepts_an_original_tf1_checkpoint(tmp_path):
     for v in source.encoder.weights:  # recognisable values, unlike a fresh initialisation
         v.assign(np.random.default_rng(len(v.path)).normal(size=v.shape).astype("float32"))
     prefix = save_tf1_checkpoint(source, str(tmp_path / "tf1" / "bert_model.ckpt"))
-    runner = PretrainingRunner(tiny_bert_config(), str(tmp_path / "out"),
-                               _options(init_checkpoint=prefix))
+    runner = make_trainer(tiny_bert_config(),
+                          _options(output_dir=str(tmp_path / "out"), init_checkpoint=prefix))
     assert runner.restore() == "initialized"
     for a, b in zip(source.encoder.weights, runner.model.encoder.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
@@ -127,23 +132,10 @@ def _ids_batch():
                                                    np.int32))}
 
 
-def test_fallback_encoder_export(tmp_path):
-    from bert_tf.training.pretraining import _own_export_encoder
-    model = build_model(BertPretrainer(tiny_bert_config()))
-    path = _own_export_encoder(model.encoder, str(tmp_path / "enc"))
-    assert sorted(os.listdir(tmp_path)) == ["enc"]
-    loaded = tf.saved_model.load(path)
-    ids = _ids_batch()
-    want = model.encoder(ids, training=False)
-    for out in (loaded.signatures["serving_default"](**ids), loaded(ids)):
-        for key in ("pooled_output", "sequence_output"):
-            np.testing.assert_allclose(out[key].numpy(), want[key].numpy(), atol=1e-6)
-
-
 def test_eval_metrics_match_an_eager_computation(tmp_path, records):
     pattern, feats = records
     runner = _runner(tmp_path, "eval")
-    res = runner.evaluate(pattern, max_steps=1)
+    res = runner.evaluate(runner.task.dataset_fn(pattern, False), max_steps=1)
     # Same numbers from the first 8 records (eval reads the files in order).
     f = {k: np.array([x[k] for x in feats[:8]]) for k in feats[0]}
     out = runner.model({"input_word_ids": f["input_ids"].astype(np.int32),
@@ -175,7 +167,7 @@ def test_two_replicas_match_one_device(tmp_path, records, reference):
     one, h1 = reference
     two = _runner(tmp_path, "two", strategy=get_strategy("mirrored"))
     assert two.strategy.num_replicas_in_sync == 2
-    h2 = two.train(records[0], until_step=3)
+    h2 = _train(two, records[0], until_step=3)
     np.testing.assert_allclose(_losses(h1), _losses(h2), rtol=0, atol=1e-4)
     for v1, v2 in zip(one.model.weights, two.model.weights):
         np.testing.assert_allclose(v1.numpy(), v2.numpy(), atol=2e-5, err_msg=v1.path)
@@ -203,7 +195,7 @@ def test_resume_continues_with_identical_losses(tmp_path, records):
     kw = dict(num_train_steps=4, save_checkpoints_steps=2)
     # The uninterrupted run: one iterator for all 4 steps, checkpointed after step 2.
     run = _runner(tmp_path, "run", config, **kw)
-    iterator = iter(run._dataset(pattern, is_training=True))
+    iterator = iter(run.distribute(run.task.dataset_fn(pattern, True), training=True))
     full = []
     for step in range(4):
         full.append(summarize({k: float(v) for k, v in run.train_loop(iterator, 1).items()},
@@ -215,7 +207,7 @@ def test_resume_continues_with_identical_losses(tmp_path, records):
     resumed = _runner(tmp_path, "run", config, **dict(kw, seed=123))
     assert int(resumed.global_step.numpy()) == 2
     assert int(resumed.inner_optimizer.iterations.numpy()) == 2
-    rest = resumed.train(pattern)
+    rest = _train(resumed, pattern)
     assert [m["step"] for m in rest] == [3, 4]
     np.testing.assert_allclose(_losses(rest), full[2:], rtol=0, atol=1e-6)
     assert full[2] != full[3]
@@ -224,7 +216,7 @@ def test_resume_continues_with_identical_losses(tmp_path, records):
 def test_gradient_accumulation_equals_one_batch(tmp_path, records, reference):
     plain, h1 = reference
     accum = _runner(tmp_path, "k4", train_batch_size=8, grad_accum_steps=4)
-    h4 = accum.train(records[0], until_step=3)
+    h4 = _train(accum, records[0], until_step=3)
     np.testing.assert_allclose(_losses(h1), _losses(h4), rtol=0, atol=1e-5)
     for v1, v4 in zip(plain.model.trainable_weights, accum.model.trainable_weights):
         np.testing.assert_allclose(v1.numpy(), v4.numpy(), atol=1e-5, err_msg=v1.path)
@@ -241,9 +233,8 @@ def restore_policy():
 @pytest.mark.parametrize("precision", ["bfloat16", "float16"])
 def test_mixed_precision(tmp_path, records, reference, precision, restore_policy):
     ref = _losses(reference[1])
-    set_mixed_precision(precision)
-    runner = _runner(tmp_path, precision)
-    history = runner.train(records[0], until_step=3)
+    runner = _runner(tmp_path, precision, mixed_precision=precision)
+    history = _train(runner, records[0], until_step=3)
     assert runner.model.encoder.compute_dtype == precision
     assert all(v.dtype == "float32" for v in runner.model.trainable_weights)
     np.testing.assert_allclose(_losses(history), ref, atol=0.05)
@@ -337,3 +328,69 @@ def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, records):
     bad = _cli([f"--bert_config_file={tmp_path / 'nope.json'}"] + common, tmp_path)
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1] == got["missing config"]
+
+
+def _vocab(path, tokens):
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_vocab_file_exports_text_in_models_for_serving(tmp_path, records, caplog):
+    import logging
+    from bert_tf.export import serving
+    pattern, _ = records
+    config_file = tmp_path / "bert_config.json"
+    tiny_bert_config().to_json_file(str(config_file))
+    # ids 1-3 are [CLS]/[SEP]/[MASK] in the synthetic records, as in this vocab
+    tokens = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"] + [f"w{i}" for i in range(59)]
+    common = dict(bert_config_file=str(config_file), input_file=pattern, do_train=True,
+                  num_train_steps=2, num_warmup_steps=1, iterations_per_loop=2)
+    # Bad vocabs fail before any step, and leave nothing behind.
+    for bad, want in ((tokens[:-1], r"63 tokens but .* has vocab_size 64"),
+                      ([t for t in tokens if t != "[MASK]"] + ["w59"], r"no \[MASK\] token")):
+        out = tmp_path / "bad"
+        with pytest.raises(bert_tf.BertError, match=r"^--vocab_file=.*: " + want):
+            run_pretraining(_options(output_dir=str(out), vocab_file=_vocab(
+                tmp_path / "bad_vocab.txt", bad), **common))
+        assert not out.exists()
+    # Without a vocab: the ids-in encoder, and one line saying how to get text-in models.
+    out = tmp_path / "out"
+    with caplog.at_level(logging.INFO, logger="bert_tf"):
+        run_pretraining(_options(output_dir=str(out), **common))
+    hints = [r.getMessage() for r in caplog.records if "--vocab_file" in r.getMessage()]
+    assert len(hints) == 1 and "ids-in encoder" in hints[0]
+    assert (out / "export" / "saved_model.pb").exists()
+    # The separate export step with a vocab: four models in the TF Serving layout.
+    export_dir = tmp_path / "serving"
+    result = run_pretraining(_options(
+        bert_config_file=str(config_file), output_dir=str(out), export_dir=str(export_dir),
+        vocab_file=_vocab(tmp_path / "vocab.txt", tokens), do_lower_case=True,
+        model_name="tiny"))
+    assert result["export_dir"] == str(export_dir)
+    names = ["tiny", "tiny_embeddings", "tiny_encoder", "tiny_preprocessor"]
+    assert sorted(os.listdir(export_dir)) == names
+    loaded = {}
+    for name in names:
+        assert os.listdir(export_dir / name) == ["1"]
+        path = str(export_dir / name / "1")
+        loaded[name] = tf.saved_model.load(path)
+        requests = serving.read_warmup_file(os.path.join(path, "assets.extra",
+                                                         serving.WARMUP_FILE))
+        assert len(requests) >= 2 and {r.model_spec.name for r in requests} == {name}
+        for request in requests:  # every warm-up request runs against its model
+            assert serving.run_predict_request(loaded[name], request)
+    # Text in: the preprocessor's ids through the exported encoder = the trained encoder.
+    trained = make_trainer(tiny_bert_config(), _options(output_dir=str(out)))
+    assert trained.restore() == "resumed"
+    ids = loaded["tiny_preprocessor"].signatures["serving_default"](
+        text=tf.constant(["w1 w2 w3", "w4"]))
+    assert ids["input_word_ids"].numpy()[0, :5].tolist() == [1, 6, 7, 8, 2]
+    want = trained.model.encoder(ids, training=False)["pooled_output"].numpy()
+    got = loaded["tiny_encoder"].signatures["serving_default"](**ids)["pooled_output"]
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+    emb = loaded["tiny_embeddings"].signatures["serving_default"](
+        text=tf.constant(["w1 w2 w3", "w4"]))["pooled_output"]
+    np.testing.assert_allclose(emb.numpy(), want, atol=1e-5)
+    fill = loaded["tiny"].signatures["serving_default"](text=tf.constant(["w1 [MASK] w3"]))
+    assert fill["mask_count"].numpy().tolist() == [1]
+    assert {t.decode() for t in fill["top_k_tokens"].numpy()[0, 0]} <= set(tokens)

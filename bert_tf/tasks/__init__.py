@@ -7,7 +7,7 @@
   ner               CoNLL-2003 tagging (first-piece labels, IOB1/IOB2), run_ner
   metrics           accuracy, F1, Matthews corr., Pearson/Spearman, entity-level P/R/F1
   features          extract_features (JSON lines like the original)
-  finetune          shared training/prediction loop (strategy, mixed precision, checkpoints)
+  finetune          RunConfig, losses, FinetuneTask, train/predict on the one trainer
 
 Modules import TensorFlow lazily where they can, so flag errors come back fast.
 """

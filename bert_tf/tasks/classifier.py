@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from bert_tf import BertError
+from bert_tf.script_flags import flag
 from bert_tf.tasks import classifier_data, finetune, metrics
 
 log = logging.getLogger("bert_tf.tasks")
@@ -20,20 +21,41 @@ log = logging.getLogger("bert_tf.tasks")
 
 @dataclasses.dataclass
 class ClassifierConfig(finetune.RunConfig):
-    task_name: str = None
-    data_dir: str = None
-    bert_config_file: str = None
-    vocab_file: str = None
-    do_lower_case: bool = True
-    do_train: bool = False
-    do_eval: bool = False
-    do_predict: bool = False
-    predict_batch_size: int = 8
-    tfds_name: str = None
-    tfds_data_dir: str = None
-    xnli_language: str = "zh"
-    export_dir: str = None
-    do_export: bool = True
+    """run_classifier's flags: the original's plus --tfds_name and the TF2 additions."""
+    data_dir: str = flag(None, "The input data dir: the task's .tsv files.")
+    bert_config_file: str = flag(None, "The config json file of the pre-trained BERT model.")
+    task_name: str = flag(None, "The name of the task to train (cola, mnli, mnli_mismatched, "
+                          "mrpc, xnli, sst-2, qnli, qqp, rte, sts-b, wnli).")
+    vocab_file: str = flag(None, "The vocabulary file that the BERT model was trained on.")
+    do_lower_case: bool = flag(True, "Whether to lower case the input text. Should be True for "
+                               "uncased models and False for cased models.")
+    do_train: bool = flag(False, "Whether to run training.")
+    do_eval: bool = flag(False, "Whether to run eval on the dev set.")
+    do_predict: bool = flag(False, "Whether to run the model in inference mode on the test "
+                            "set.")
+    tfds_name: str = flag(None, "Read a TFDS dataset instead of --data_dir TSVs, e.g. glue/mrpc "
+                          "or imdb_reviews (needs a 'label' feature).")
+    tfds_data_dir: str = flag(None, "TFDS data directory (default: TFDS's).")
+    xnli_language: str = flag("zh", "XNLI: language to train/evaluate on.")
+
+
+class ClassifierTask(finetune.FinetuneTask):
+    """Sentence (pair) classification, or regression with one output.
+
+    Args:
+        cfg: ClassifierConfig.
+        bert_config: BertConfig of the encoder.
+        labels: label strings (classification) or None (regression).
+    """
+
+    def __init__(self, cfg, bert_config, labels=None):
+        super().__init__(cfg, "regression" if labels is None else "classification", labels)
+        self.bert_config = bert_config
+
+    def build_model(self):
+        from bert_tf.modeling.models import BertClassifier
+        num_classes = 1 if self.labels is None else len(self.labels)
+        return finetune.built(BertClassifier(self.bert_config, num_classes), self.cfg)
 
 
 def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
@@ -107,35 +129,32 @@ def run(cfg):
             examples, label_list, cfg.max_seq_length, tokenizer, is_regression=regression,
             progress=desc if cfg.progress else None)
 
-    num_classes = 1 if regression else len(label_list)
-    from bert_tf.modeling.models import BertClassifier
-    tuner = finetune.Finetuner(lambda: BertClassifier(bert_config, num_classes),
-                               finetune.regression_loss if regression
-                               else finetune.classification_loss, cfg)
+    trainer = finetune.make_trainer(
+        ClassifierTask(cfg, bert_config, None if regression else label_list), cfg)
     result = {"output_dir": cfg.output_dir}
-    loss = None
     if cfg.do_train:
         if not train:
             raise BertError(f"{processor.name}: the training set is empty")
         steps, warmup = cfg.train_steps(len(train))
         log.info("training %s: %d examples, batch %d, %d steps (%d warm-up)",
                  processor.name, len(train), cfg.train_batch_size, steps, warmup)
-        loss = tuner.train(features(train, "train features"), steps, warmup)
-        result["train_loss"] = loss
+        result["train_loss"] = finetune.train(trainer, features(train, "train features"),
+                                              steps, warmup)
     else:
-        tuner.restore(inference=True)
+        trainer.restore(inference=True)
     if cfg.do_eval:
         feats = features(dev, "eval features")
-        outputs = tuner.predict(feats, cfg.eval_batch_size, ["logits"], desc="eval")
+        outputs = finetune.predict(trainer, feats, cfg.eval_batch_size, ["logits"], desc="eval")
         res = eval_metrics(processor, feats["label_ids"], outputs)
-        res["global_step"] = tuner.global_step
+        res["global_step"] = trainer.step
         res["loss"] = res["eval_loss"]
-        finetune.write_results(os.path.join(cfg.output_dir, "eval_results.txt"), res)
+        trainer.write_results(res)
         log.info("eval: %s", res)
         result["eval"] = res
     if cfg.do_predict:
         feats = features(test, "test features")
-        outputs = tuner.predict(feats, cfg.predict_batch_size, ["logits"], desc="predict")
+        outputs = finetune.predict(trainer, feats, cfg.predict_batch_size, ["logits"],
+                                   desc="predict")
         logits = outputs["logits"]
         if regression:
             rows = [f"{float(v)}\n" for v in logits[:, 0]]
@@ -145,9 +164,5 @@ def run(cfg):
         finetune.write_text(os.path.join(cfg.output_dir, "test_results.tsv"), "".join(rows))
         result["test_outputs"] = logits
     if cfg.do_train and cfg.do_export:
-        export_dir = cfg.export_dir or os.path.join(cfg.output_dir, "export")
-        tuner.export(cfg.vocab_file, cfg.do_lower_case, export_dir,
-                     task="regression" if regression else "classification",
-                     labels=None if regression else label_list)
-        result["export_dir"] = export_dir
+        result["export_dir"] = trainer.export()
     return result

@@ -8,28 +8,50 @@ values rounded to 6 decimals; tokens include [CLS]/[SEP], not padding.
 """
 import dataclasses
 import json
-import os
 import re
 
 import numpy as np
 
 from bert_tf import BertError, fileio
-from bert_tf.tasks.finetune import RunConfig
+from bert_tf.script_flags import flag
+from bert_tf.tasks.finetune import built
+from bert_tf.training.options import TrainerOptions
+from bert_tf.training.task import Task
 
 _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
 
 
 @dataclasses.dataclass
-class FeatureConfig(RunConfig):
-    output_dir: str = None
-    input_file: str = None
-    output_file: str = None
-    layers: str = "-1,-2,-3,-4"
-    bert_config_file: str = None
-    vocab_file: str = None
-    do_lower_case: bool = True
-    max_seq_length: int = 128
-    batch_size: int = 32
+class FeatureConfig(TrainerOptions):
+    """extract_features' flags (the original's; the training ones of TrainerOptions unused)."""
+    input_file: str = flag(None, "Text file: one example per line.")
+    output_file: str = flag(None, "JSON lines output file.")
+    layers: str = flag("-1,-2,-3,-4", "Comma-separated encoder layer indexes.")
+    bert_config_file: str = flag(None, "The config json file of the pre-trained BERT model.")
+    max_seq_length: int = flag(128, "The maximum total input sequence length after WordPiece "
+                               "tokenization; longer inputs are truncated.")
+    vocab_file: str = flag(None, "The vocabulary file that the BERT model was trained on.")
+    do_lower_case: bool = flag(True, "Whether to lower case the input text. Should be True for "
+                               "uncased models and False for cased models.")
+    batch_size: int = flag(32, "Batch size for predictions.")
+    use_one_hot_embeddings: bool = flag(False, "Accepted for compatibility; has no effect (the "
+                                        "embedding lookup is chosen by the backend).")
+
+
+class FeatureTask(Task):
+    """The encoder's per-layer outputs (inference only).
+
+    Args:
+        cfg: FeatureConfig.
+        bert_config: BertConfig of the encoder.
+        layers: encoder layer indexes to output.
+    """
+
+    def __init__(self, cfg, bert_config, layers):
+        self.cfg, self.bert_config, self.layers = cfg, bert_config, layers
+
+    def build_model(self):
+        return built(_layer_model(self.bert_config, self.layers), self.cfg)
 
 
 def read_examples(input_file):
@@ -116,20 +138,18 @@ def run(cfg):
         arrays["input_word_ids"][i], arrays["input_mask"][i] = ids, mask
         arrays["input_type_ids"][i] = types
         all_tokens.append(tokens)
-    out_dir = os.path.dirname(cfg.output_file) or "."
-    run_cfg = dataclasses.replace(cfg, output_dir=out_dir)
-    tuner = finetune.Finetuner(lambda: _layer_model(bert_config, layers), None, run_cfg)
+    trainer = finetune.make_trainer(FeatureTask(cfg, bert_config, layers),
+                                    dataclasses.replace(cfg, output_dir=None))
     if cfg.init_checkpoint:
-        from bert_tf.convert import checkpoints
-        with tuner.strategy.scope():
-            checkpoints.load_checkpoint(tuner.model, cfg.init_checkpoint)
+        trainer.restore()
     else:
         finetune.log.warning("no --init_checkpoint: features of random weights")
     keys = [f"layer_{k}" for k in layers]
     tmp = fileio.tmp_name(cfg.output_file)
     row = 0
     with tf.io.gfile.GFile(tmp, "w") as f:
-        for out in tuner.predict_batches(arrays, cfg.batch_size, keys, desc="features"):
+        for out in finetune.predict_batches(trainer, arrays, cfg.batch_size, keys,
+                                           desc="features"):
             for j in range(len(out[keys[0]])):
                 uid, tokens = examples[row][0], all_tokens[row]
                 f.write(format_line(uid, tokens, {k: out[f"layer_{k}"][j] for k in layers},

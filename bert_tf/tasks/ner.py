@@ -15,7 +15,8 @@ import os
 import numpy as np
 
 from bert_tf import BertError, fileio
-from bert_tf.tasks.finetune import RunConfig
+from bert_tf.script_flags import flag
+from bert_tf.tasks.finetune import FinetuneTask, RunConfig, built
 
 log = logging.getLogger("bert_tf.tasks")
 
@@ -156,21 +157,42 @@ def decode(sentences, feats, logits, label_list):
 
 @dataclasses.dataclass
 class NerConfig(RunConfig):
-    bert_config_file: str = None
-    vocab_file: str = None
-    data_dir: str = None
-    train_file: str = "train.txt"
-    dev_file: str = "dev.txt"
-    test_file: str = "test.txt"
-    labels: str = None  # comma-separated; default: the CoNLL-2003 IOB2 set
-    label_scheme: str = "iob2"  # iob2: convert IOB1 input; none: use tags as given
-    do_lower_case: bool = True  # as every original script; pass False with cased models
-    do_train: bool = False
-    do_eval: bool = False
-    do_predict: bool = False
-    predict_batch_size: int = 8
-    export_dir: str = None
-    do_export: bool = True
+    """run_ner's flags (run_classifier's style) on top of the shared RunConfig."""
+    data_dir: str = flag(None, "Directory with the CoNLL files.")
+    train_file: str = flag("train.txt", "Training file (relative to --data_dir).")
+    dev_file: str = flag("dev.txt", "Dev file (valid.txt is used if dev.txt is missing).")
+    test_file: str = flag("test.txt", "Test file.")
+    labels: str = flag(None, "Comma-separated tag set (default: the CoNLL-2003 IOB2 tags "
+                       "O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC).")
+    label_scheme: str = flag("iob2", "iob2: convert IOB1 input (as CoNLL-2003 is released) to "
+                             "IOB2; none: use the tags as given.", enum=("iob2", "none"))
+    bert_config_file: str = flag(None, "The config json file of the pre-trained BERT model.")
+    vocab_file: str = flag(None, "The vocabulary file that the BERT model was trained on.")
+    do_lower_case: bool = flag(True, "Whether to lower case the input text (use False with "
+                               "cased models, usual for NER).")
+    max_seq_length: int = flag(128, "Maximum WordPieces per window; longer sentences are split "
+                               "at word boundaries.")
+    do_train: bool = flag(False, "Whether to run training.")
+    do_eval: bool = flag(False, "Whether to run eval on the dev set.")
+    do_predict: bool = flag(False, "Whether to tag the test set.")
+
+
+class NerTask(FinetuneTask):
+    """Token tagging: the loss over the first piece of every word.
+
+    Args:
+        cfg: NerConfig.
+        bert_config: BertConfig of the encoder.
+        labels: the tag strings in logit order.
+    """
+
+    def __init__(self, cfg, bert_config, labels):
+        super().__init__(cfg, "tagging", labels)
+        self.bert_config = bert_config
+
+    def build_model(self):
+        from bert_tf.modeling.models import BertTokenClassifier
+        return built(BertTokenClassifier(self.bert_config, len(self.labels)), self.cfg)
 
 
 def _data_path(cfg, name):
@@ -213,9 +235,7 @@ def run(cfg):
     train = load(cfg.train_file) if cfg.do_train else None
     dev = load(cfg.dev_file) if cfg.do_eval else None
     test = load(cfg.test_file) if cfg.do_predict else None
-    from bert_tf.modeling.models import BertTokenClassifier
-    tuner = finetune.Finetuner(lambda: BertTokenClassifier(bert_config, len(label_list)),
-                               finetune.tagging_loss, cfg)
+    trainer = finetune.make_trainer(NerTask(cfg, bert_config, label_list), cfg)
     result = {"output_dir": cfg.output_dir, "labels": label_list}
     if cfg.do_train:
         if not train:
@@ -223,16 +243,16 @@ def run(cfg):
         arrays, _ = convert_sentences_to_features(train, label_list, cfg.max_seq_length,
                                                   tokenizer)
         steps, warmup = cfg.train_steps(len(arrays["input_word_ids"]))
-        result["train_loss"] = tuner.train(arrays, steps, warmup)
+        result["train_loss"] = finetune.train(trainer, arrays, steps, warmup)
     else:
-        tuner.restore(inference=True)
+        trainer.restore(inference=True)
     for name, sentences, flag in (("eval", dev, cfg.do_eval), ("test", test, cfg.do_predict)):
         if not flag:
             continue
         arrays, feats = convert_sentences_to_features(sentences, label_list,
                                                       cfg.max_seq_length, tokenizer)
         batch = cfg.eval_batch_size if name == "eval" else cfg.predict_batch_size
-        logits = tuner.predict(arrays, batch, ["logits"], desc=name)["logits"]
+        logits = finetune.predict(trainer, arrays, batch, ["logits"], desc=name)["logits"]
         preds = decode(sentences, feats, logits, label_list)
         out_name = "eval_predictions.txt" if name == "eval" else "test_predictions.txt"
         _write_conll(os.path.join(cfg.output_dir, out_name), sentences, preds)
@@ -244,14 +264,11 @@ def run(cfg):
             flat_p = [t for s in preds for t in s]
             res = {"eval_precision": scores["precision"], "eval_recall": scores["recall"],
                    "eval_f1": scores["f1"], "eval_accuracy": metrics.accuracy(flat_g, flat_p),
-                   "global_step": tuner.global_step}
+                   "global_step": trainer.step}
             for kind, sc in scores["per_type"].items():
                 res[f"eval_f1_{kind}"] = sc["f1"]
-            finetune.write_results(os.path.join(cfg.output_dir, "eval_results.txt"), res)
+            trainer.write_results(res)
             result["eval"] = res
     if cfg.do_train and cfg.do_export:
-        export_dir = cfg.export_dir or os.path.join(cfg.output_dir, "export")
-        tuner.export(cfg.vocab_file, cfg.do_lower_case, export_dir, task="tagging",
-                     labels=label_list)
-        result["export_dir"] = export_dir
+        result["export_dir"] = trainer.export()
     return result

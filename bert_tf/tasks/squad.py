@@ -21,7 +21,8 @@ import os
 import numpy as np
 
 from bert_tf import BertError
-from bert_tf.tasks.finetune import RunConfig
+from bert_tf.script_flags import flag
+from bert_tf.tasks.finetune import FinetuneTask, RunConfig, built
 
 log = logging.getLogger("bert_tf.tasks")
 
@@ -403,6 +404,51 @@ def _softmax_list(scores):
     return [x / total for x in exps]
 
 
+@dataclasses.dataclass
+class SquadConfig(RunConfig):
+    """run_squad's flags (original names and defaults) on top of the shared RunConfig."""
+    bert_config_file: str = flag(None, "The config json file of the pre-trained BERT model.")
+    vocab_file: str = flag(None, "The vocabulary file that the BERT model was trained on.")
+    train_file: str = flag(None, "SQuAD json for training, e.g. train-v1.1.json")
+    predict_file: str = flag(None, "SQuAD json for predictions, e.g. dev-v1.1.json")
+    do_lower_case: bool = flag(True, "Whether to lower case the input text. Should be True for "
+                               "uncased models and False for cased models.")
+    max_seq_length: int = flag(384, "The maximum total input sequence length after WordPiece "
+                               "tokenization.")
+    doc_stride: int = flag(128, "When splitting up a long document into chunks, how much "
+                           "stride to take between chunks.")
+    max_query_length: int = flag(64, "The maximum number of tokens for the question; longer "
+                                 "questions are truncated.")
+    do_train: bool = flag(False, "Whether to run training.")
+    do_predict: bool = flag(False, "Whether to run eval on the dev set.")
+    n_best_size: int = flag(20, "The total number of n-best predictions to generate in the "
+                            "nbest_predictions.json output file.")
+    max_answer_length: int = flag(30, "The maximum length of an answer that can be generated "
+                                  "(in WordPieces).")
+    verbose_logging: bool = flag(False, "Log the text alignment warnings of post-processing.")
+    version_2_with_negative: bool = flag(False, "If true, the SQuAD examples contain some that "
+                                         "do not have an answer.")
+    null_score_diff_threshold: float = flag(0.0, "If null_score - best_non_null is greater "
+                                            "than the threshold predict null.")
+
+
+class SquadTask(FinetuneTask):
+    """Answer spans: start/end logits over the window, the loss averaged over both ends.
+
+    Args:
+        cfg: SquadConfig.
+        bert_config: BertConfig of the encoder.
+    """
+
+    def __init__(self, cfg, bert_config):
+        super().__init__(cfg, "span")
+        self.bert_config = bert_config
+
+    def build_model(self):
+        from bert_tf.modeling.models import BertSpanLabeler
+        return built(BertSpanLabeler(self.bert_config), self.cfg)
+
+
 # --- run_squad ---------------------------------------------------------------------------
 
 def _json_dump(path, obj):
@@ -436,8 +482,7 @@ def run(cfg):
     train = read_squad_examples(cfg.train_file, True, v2) if cfg.do_train else None
     evals = read_squad_examples(cfg.predict_file, False, v2) if cfg.do_predict else None
     progress = cfg.progress
-    from bert_tf.modeling.models import BertSpanLabeler
-    tuner = finetune.Finetuner(lambda: BertSpanLabeler(bert_config), finetune.span_loss, cfg)
+    trainer = finetune.make_trainer(SquadTask(cfg, bert_config), cfg)
     result = {"output_dir": cfg.output_dir}
     if cfg.do_train:
         if not train:
@@ -447,15 +492,16 @@ def run(cfg):
                                              progress="train features" if progress else None)
         steps, warmup = cfg.train_steps(len(train))
         log.info("training: %d questions, %d features, %d steps", len(train), len(feats), steps)
-        result["train_loss"] = tuner.train(features_to_arrays(feats, True), steps, warmup)
+        result["train_loss"] = finetune.train(trainer, features_to_arrays(feats, True), steps,
+                                              warmup)
     else:
-        tuner.restore(inference=True)
+        trainer.restore(inference=True)
     if cfg.do_predict:
         feats = convert_examples_to_features(evals, tokenizer, cfg.max_seq_length,
                                              cfg.doc_stride, cfg.max_query_length, False,
                                              progress="eval features" if progress else None)
-        out = tuner.predict(features_to_arrays(feats, False), cfg.predict_batch_size,
-                            ["start_logits", "end_logits"])
+        out = finetune.predict(trainer, features_to_arrays(feats, False),
+                               cfg.predict_batch_size, ["start_logits", "end_logits"])
         preds, nbest, odds = postprocess(
             evals, feats, out["start_logits"], out["end_logits"], cfg.n_best_size,
             cfg.max_answer_length, cfg.do_lower_case, v2, cfg.null_score_diff_threshold,
@@ -469,35 +515,11 @@ def run(cfg):
         if labelled:
             scores = (squad_metrics.evaluate_v2(data, preds, odds) if v2
                       else squad_metrics.evaluate_v1(data, preds))
-            scores["global_step"] = tuner.global_step
-            finetune.write_results(os.path.join(cfg.output_dir, "eval_results.txt"), scores)
+            scores["global_step"] = trainer.step
+            trainer.write_results(scores)
             result["eval"] = scores
             log.info("eval: %s", scores)
     if cfg.do_train and cfg.do_export:
-        export_dir = cfg.export_dir or os.path.join(cfg.output_dir, "export")
-        tuner.export(cfg.vocab_file, cfg.do_lower_case, export_dir, task="span")
-        result["export_dir"] = export_dir
+        result["export_dir"] = trainer.export()
     return result
 
-
-@dataclasses.dataclass
-class SquadConfig(RunConfig):
-    """run_squad's flags (original names and defaults) on top of the shared RunConfig."""
-    bert_config_file: str = None
-    vocab_file: str = None
-    train_file: str = None
-    predict_file: str = None
-    do_lower_case: bool = True
-    do_train: bool = False
-    do_predict: bool = False
-    max_seq_length: int = 384
-    doc_stride: int = 128
-    max_query_length: int = 64
-    predict_batch_size: int = 8
-    n_best_size: int = 20
-    max_answer_length: int = 30
-    version_2_with_negative: bool = False
-    null_score_diff_threshold: float = 0.0
-    verbose_logging: bool = False
-    export_dir: str = None
-    do_export: bool = True

@@ -1,6 +1,10 @@
 """Training: the loop behind run_pretraining.py and the fine-tuning scripts.
 
-  pretraining     pre-training runner (losses, eval, checkpoints, export at the end)
+  options         TrainerOptions / PretrainingOptions (every field with flag() is a flag)
+  task            Task: what the trainer needs from pre-training or a fine-tuning task
+  trainer         the one loop: strategy, optimizer, replica step, checkpoints, eval, export
+  pretraining     the pre-training task (masked LM + NSP) and run_pretraining
+  pretraining_export  run_pretraining's exports (ids-in encoder, or text-in models for serving)
   optimization    the original's AdamWeightDecay (and LAMB), warm-up + linear decay
   distribute      strategy choice (TPU, Mirrored, MultiWorker, OneDevice)
   input_pipeline  pre-training TFRecords -> batches (static shapes, dynamic masking)

@@ -17,7 +17,9 @@ code path.
 import glob
 import itertools
 import json
+import logging
 import os
+import re
 
 import keras
 import tensorflow as tf
@@ -150,3 +152,47 @@ def split_cpu(num_devices=2):
         return True
     except RuntimeError:
         return len(tf.config.list_logical_devices("CPU")) >= num_devices
+
+
+def is_tpu(strategy):
+    """True for a TPUStrategy (XLA compiles every step there anyway)."""
+    return isinstance(strategy, (tf.distribute.TPUStrategy,
+                                 tf.distribute.experimental.TPUStrategy))
+
+
+def strategy_from_options(options):
+    """The strategy `options` name (strategy, use_tpu, tpu_name/master, tpu_zone, gcp_project).
+
+    Args:
+        options: TrainerOptions (or anything with those attributes).
+    """
+    use_tpu = getattr(options, "use_tpu", False)
+    name = getattr(options, "strategy", None)
+    if use_tpu and name not in (None, "tpu"):
+        raise BertError(f"--use_tpu: conflicts with --strategy={name}")
+    name = "tpu" if use_tpu else (name or "auto")
+    tpu_name = getattr(options, "tpu_name", None) or getattr(options, "master", None)
+    strategy = get_strategy(name, tpu_name, getattr(options, "tpu_zone", None),
+                            getattr(options, "gcp_project", None))
+    cores = getattr(options, "num_tpu_cores", None)
+    if name == "tpu" and cores and strategy.num_replicas_in_sync != cores:
+        logging.getLogger("bert_tf").warning(
+            "--num_tpu_cores=%d but the TPU has %d cores; using %d", cores,
+            strategy.num_replicas_in_sync, strategy.num_replicas_in_sync)
+    return strategy
+
+
+def worker_failure(error):
+    """The gist of a collective failure: which tasks stopped, else the abort reason."""
+    text = str(getattr(error, "message", "") or error)
+    if "unhealthy" in text or "heartbeat" in text:
+        tasks = sorted(set(re.findall(r"/job:\w+/replica:\d+/task:\d+", text)))
+        if tasks:
+            return f"{', '.join(tasks)} stopped sending heartbeats"
+    for line in text.splitlines():
+        if "aborted by:" in line:
+            return line.split("aborted by:", 1)[1].strip()[:300]
+        if "Connection reset" in line or "Socket closed" in line:
+            return line.strip()[:300]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return (lines[-1] if lines else type(error).__name__)[:300]

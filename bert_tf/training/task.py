@@ -1,0 +1,55 @@
+"""Task: what the one trainer (bert_tf.training.trainer) needs from pre-training or a
+fine-tuning task. No TensorFlow import at module level, so options modules can subclass it
+while flags are parsed."""
+from bert_tf import BertError
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+class Task:
+    """What the trainer needs from a task; subclasses override the methods they use.
+
+    Attributes:
+        checkpoint_name: file prefix of the checkpoints in output_dir.
+        stat_keys: keys of the per-step statistics `loss()` returns; the trainer sums them over
+            replicas and steps and hands the sums to `summarize()`.
+        eval_keys: keys of `summarize()` written as eval summaries.
+        model_inputs: batch keys passed to the model.
+    """
+    checkpoint_name = "ckpt"
+    stat_keys = ("loss",)
+    eval_keys = ("loss",)
+    model_inputs = INPUT_NAMES
+
+    def build_model(self):
+        """The task's Keras model, built (variables created). Called under the strategy."""
+        raise NotImplementedError
+
+    def check(self, options, num_replicas):
+        """Raise a one-line BertError for options this task cannot run with."""
+
+    def normalizers(self, batch):
+        """Per-replica sums (float32 scalars) the loss divides by; summed over replicas."""
+        return {}
+
+    def loss(self, batch, outputs, normalizers):
+        """(this replica's share of the global loss, {stat_key: scalar}) for one batch.
+
+        Args:
+            batch: the replica's (micro-)batch.
+            outputs: the model's outputs (training or inference mode).
+            normalizers: `normalizers()` of the whole global batch.
+        """
+        raise NotImplementedError
+
+    def summarize(self, totals, steps):
+        """Sums of the stats over `steps` steps -> the reported metrics (a `loss` key)."""
+        return {"loss": totals["loss"] / max(steps, 1)}
+
+    def log_text(self, metrics):
+        """The metrics part of the training log line."""
+        return f"loss={metrics['loss']:.4f}"
+
+    def export(self, model, export_dir):
+        """Export the trained model under export_dir; returns the path written."""
+        raise BertError("this task has no export")

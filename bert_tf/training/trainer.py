@@ -1,0 +1,435 @@
+"""The one training loop of run_pretraining.py and the fine-tuning scripts.
+
+A `Task` supplies the model, its loss and metrics, and what to export; the `Trainer` does the
+rest, the same way for every task (Model Garden's task/trainer split, kept small):
+
+* One code path for every strategy (TPU, mirrored GPUs/CPUs, multi-worker, one device):
+  `train_loop(iterator, steps)` is a tf.function running `steps` (iterations_per_loop) steps,
+  each `strategy.run(replica_step)` on the next distributed batch (the TPU host-loop pattern).
+* Global-batch normalisation: the task's normalisers (e.g. the masked-LM weight sum) are summed
+  over replicas before the loss divides by them, and the per-replica gradients are summed, so N
+  replicas compute exactly the one-device loss and gradient of the same global batch. The sum
+  happens before the optimizer, so global-norm clipping and the float16 LossScaleOptimizer's
+  finite check see the same global gradient on every replica.
+* Gradient accumulation (k = grad_accum_steps): the replica batch is split into k micro-batches
+  whose gradients are summed (with the whole batch's normalisers) before one update.
+* Variables without a gradient (the pooler of span/tagging models) are left out of the update.
+* jit_compile: XLA compiles the whole replica step (the forward/backward pass only when
+  replicas all-reduce across devices outside TPUs).
+* Checkpoints (`<checkpoint_name>-<step>` in output_dir) hold the model (under `model`), the
+  optimizer, `global_step`, the data seed and the dropout RNG states; a restart resumes from
+  the latest and the seeded input skips the batches consumed so far. Without one,
+  `init_checkpoint` (original TF1 or ours) initialises the model.
+* Datasets are built before anything is written, so bad input leaves no output behind.
+* Multi-worker: only the chief writes checkpoints, summaries, results and exports; the others
+  save to a deleted temporary directory (saving may need every worker). A lost worker ends the
+  job with one error line.
+"""
+import logging
+import math
+import os
+import posixpath
+import random
+import shutil
+import tempfile
+import time
+
+import keras
+import tensorflow as tf
+
+from bert_tf import BertError, fileio
+from bert_tf.training import distribute
+from bert_tf.training.optimization import create_optimizer
+from bert_tf.training.task import INPUT_NAMES, Task  # noqa: F401  (API)
+
+log = logging.getLogger("bert_tf")
+
+
+class Trainer:
+    """Strategy, model, optimizer, checkpoints and the distributed train/eval/predict loops.
+
+    Args:
+        task: a `Task`.
+        options: `bert_tf.training.options.TrainerOptions` (or a subclass).
+        strategy: a tf.distribute.Strategy; default: from options (strategy, use_tpu, ...).
+    """
+
+    def __init__(self, task, options, strategy=None):
+        self.task, self.options = task, options
+        o = options
+        distribute.set_mixed_precision(o.mixed_precision)
+        self.strategy = strategy or distribute.strategy_from_options(o)
+        n = self.strategy.num_replicas_in_sync
+        self.is_chief = distribute.is_chief(self.strategy)
+        o.check(n)
+        task.check(o, n)
+        if o.seed is not None:
+            keras.utils.set_random_seed(o.seed)
+        seed = o.seed if o.seed is not None else random.SystemRandom().randrange(1 << 31)
+        self.loss_scaling = keras.mixed_precision.dtype_policy().name == "mixed_float16"
+        with self.strategy.scope():
+            self.model = task.build_model()
+            self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                           name="global_step",
+                                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self.data_seed = tf.Variable(seed, dtype=tf.int64, trainable=False, name="data_seed",
+                                         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self.optimizer = self.inner_optimizer = None
+        self.num_train_steps = None
+        self._manager = None
+        self._train_loop_fn = self._eval_step_fn = None
+        self._predict_steps = {}
+        self._grad_fn = self._forward_backward
+        self._step_fn = self._replica_step
+        if o.jit_compile and (n == 1 or distribute.is_tpu(self.strategy)):
+            self._step_fn = tf.function(self._replica_step, jit_compile=True)
+        elif o.jit_compile:  # cross-device all-reduces stay outside XLA
+            self._grad_fn = tf.function(self._forward_backward, jit_compile=True)
+
+    @property
+    def step(self):
+        """The global step as a Python int."""
+        return int(self.global_step.numpy())
+
+    # ---- optimizer and checkpoints --------------------------------------------------------
+
+    def build_optimizer(self, num_train_steps, num_warmup_steps):
+        """Create the optimizer and its schedule (before `restore()` to resume its state).
+
+        Args:
+            num_train_steps: updates until the learning rate reaches 0.
+            num_warmup_steps: updates of linear warm-up.
+        """
+        o = self.options
+        with self.strategy.scope():
+            inner = create_optimizer(o.learning_rate, num_train_steps, num_warmup_steps,
+                                     optimizer_type=o.optimizer,
+                                     weight_decay_rate=o.weight_decay_rate)
+            inner.gradients_aggregated = True  # replica_step sums them before apply()
+            self.inner_optimizer = inner
+            self.optimizer = (keras.optimizers.LossScaleOptimizer(inner) if self.loss_scaling
+                              else inner)
+            self.optimizer.build(self.model.trainable_variables)
+        self.num_train_steps = int(num_train_steps)
+        self._manager = self._train_loop_fn = None
+
+    def _checkpoint(self):
+        # Keras does not put its dropout RNG states in TF checkpoints; without them a resumed
+        # run would draw other dropout masks than an uninterrupted one.
+        rng_states = [v for v in self.model.non_trainable_variables
+                      if "seed_generator" in v.path]
+        items = dict(model=self.model, global_step=self.global_step, data_seed=self.data_seed,
+                     dropout_rng=rng_states)
+        if self.optimizer is not None:
+            items["optimizer"] = self.optimizer
+        return tf.train.Checkpoint(**items)
+
+    def manager(self):
+        """The tf.train.CheckpointManager of output_dir (creates no file)."""
+        if self._manager is None:
+            self._manager = tf.train.CheckpointManager(
+                self._checkpoint(), self.options.output_dir,
+                max_to_keep=self.options.keep_checkpoint_max,
+                checkpoint_name=self.task.checkpoint_name, step_counter=self.global_step)
+        return self._manager
+
+    def restore(self, inference=False):
+        """Resume from the latest checkpoint in output_dir, else load init_checkpoint.
+
+        Args:
+            inference: no optimizer state expected; warn when neither exists.
+        Returns:
+            "resumed", "initialized" or "fresh".
+        """
+        out = self.options.output_dir
+        latest = tf.train.latest_checkpoint(out) if out else None
+        if latest:
+            status = self._checkpoint().restore(latest)
+            if self.optimizer is None:
+                status.expect_partial()
+            status.assert_existing_objects_matched()
+            log.info("resumed from %s (step %d)", latest, self.step)
+            return "resumed"
+        if self.options.init_checkpoint:
+            from bert_tf.convert.checkpoints import load_checkpoint
+            with self.strategy.scope():
+                load_checkpoint(self.model, self.options.init_checkpoint)
+            log.info("initialised from %s", self.options.init_checkpoint)
+            return "initialized"
+        if inference:
+            log.warning("no checkpoint in %s and no --init_checkpoint: predicting with random "
+                        "weights", self.options.output_dir)
+        return "fresh"
+
+    def save(self):
+        """Checkpoint `<checkpoint_name>-<step>` into output_dir (chief); its path or None."""
+        if self.is_chief:
+            tf.io.gfile.makedirs(self.options.output_dir)
+            return self.manager().save(checkpoint_number=self.step)
+        tmp = tempfile.mkdtemp(prefix="bert_tf-worker-ckpt-")
+        try:
+            self._checkpoint().write(os.path.join(tmp, "ckpt"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return None
+
+    # ---- data -----------------------------------------------------------------------------
+
+    def distribute(self, dataset_fn, training):
+        """strategy.distribute_datasets_from_function over the task's dataset.
+
+        Args:
+            dataset_fn: `(input_context, per_replica_batch, seed, skip_batches)` -> a
+                tf.data.Dataset of per-replica batches (static shapes for TPUs).
+            training: use train_batch_size and skip the batches consumed so far (resume);
+                else eval_batch_size, from the start.
+        """
+        o = self.options
+        seed, step = int(self.data_seed.numpy()), self.step
+        global_batch = o.train_batch_size if training else o.eval_batch_size
+
+        def fn(ctx):
+            per_pipeline_steps = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+            return dataset_fn(ctx, ctx.get_per_replica_batch_size(global_batch), seed,
+                              step * per_pipeline_steps if training else 0)
+
+        return self.strategy.distribute_datasets_from_function(fn)
+
+    # ---- the step -------------------------------------------------------------------------
+
+    def _forward_backward(self, batch, normalizers):
+        inputs = {k: batch[k] for k in self.task.model_inputs}
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            outputs = self.model(inputs, training=True)
+            loss, stats = self.task.loss(batch, outputs, normalizers)
+            scaled = self.optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, variables)
+        # IndexedSlices -> dense (loop variables); None: no gradient (left out of the update).
+        return [None if g is None else tf.convert_to_tensor(g) for g in grads], stats
+
+    def replica_step(self, batch):
+        """One optimizer update on this replica's batch; returns its stats (call in
+        strategy.run)."""
+        return self._step_fn(batch)
+
+    def _replica_step(self, batch):
+        ctx = tf.distribute.get_replica_context()
+        n = ctx.num_replicas_in_sync
+        norms = self.task.normalizers(batch)
+        if n > 1 and norms:
+            norms = ctx.all_reduce(tf.distribute.ReduceOp.SUM, norms)
+        variables = self.model.trainable_variables
+        k = self.options.grad_accum_steps
+        if k == 1:
+            grads, stats = self._grad_fn(batch, norms)
+            missing = {i for i, g in enumerate(grads) if g is None}
+        else:
+            micro = {name: tf.reshape(t, [k, t.shape[0] // k] + t.shape[1:])
+                     for name, t in batch.items()}
+            missing = set()
+
+            def body(i, acc_g, acc_s):
+                g, s = self._grad_fn({name: t[i] for name, t in micro.items()}, norms)
+                missing.update(j for j, x in enumerate(g) if x is None)
+                g = [tf.zeros(v.shape, v.dtype) if x is None else x for x, v in zip(g, variables)]
+                return (i + 1, [a + b for a, b in zip(acc_g, g)],
+                        {key: acc_s[key] + s[key] for key in self.task.stat_keys})
+
+            zeros_g = [tf.zeros(v.shape, v.dtype) for v in variables]
+            zeros_s = {key: tf.zeros((), tf.float32) for key in self.task.stat_keys}
+            # One micro-batch at a time: running them in parallel would undo the memory saving.
+            _, grads, stats = tf.while_loop(lambda i, *_: i < k, body,
+                                            (tf.constant(0), zeros_g, zeros_s),
+                                            parallel_iterations=1)
+        grads = [g for i, g in enumerate(grads) if i not in missing]
+        variables = [v for i, v in enumerate(variables) if i not in missing]
+        if n > 1:
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        self.optimizer.apply(grads, variables)
+        return stats
+
+    def train_loop(self, iterator, steps):
+        """Run `steps` training steps; returns the stats summed over replicas and steps.
+
+        Args:
+            iterator: over `distribute(dataset_fn, training=True)`.
+            steps: number of steps (one traced loop serves every count).
+        """
+        if self._train_loop_fn is None:
+            strategy, keys = self.strategy, self.task.stat_keys
+
+            @tf.function(autograph=False)  # explicit while_loops; converting Keras code is slow
+            def loop(iterator, steps):
+                def body(i, totals):
+                    stats = strategy.run(self.replica_step, args=(next(iterator),))
+                    self.global_step.assign_add(1)
+                    return i + 1, {key: totals[key] + strategy.reduce(
+                        tf.distribute.ReduceOp.SUM, stats[key], axis=None) for key in keys}
+
+                totals = {key: tf.zeros((), tf.float32) for key in keys}
+                # Steps are sequential anyway (each reads the last one's weights); letting the
+                # executor start later iterations early only contends for the cores.
+                _, totals = tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0), totals),
+                                          parallel_iterations=1)
+                return totals
+
+            self._train_loop_fn = loop
+        return self._train_loop_fn(iterator, tf.convert_to_tensor(steps, tf.int32))
+
+    def _run_loop(self, iterator, steps):
+        try:
+            return {k: float(v) for k, v in self.train_loop(iterator, steps).items()}
+        except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                tf.errors.CancelledError, tf.errors.AbortedError) as e:
+            if getattr(self.strategy.extended, "_num_workers", 1) <= 1:
+                raise
+            raise BertError(f"--strategy=multi_worker: lost contact with another worker at "
+                            f"step {self.step} ({distribute.worker_failure(e)}); "
+                            "restart all workers to resume from the latest checkpoint") from None
+
+    def learning_rate(self):
+        lr = self.inner_optimizer.learning_rate
+        return float(lr.numpy() if hasattr(lr, "numpy") else lr)
+
+    # ---- train / eval ---------------------------------------------------------------------
+
+    def train(self, dataset_fn, until_step=None):
+        """Train to num_train_steps (or `until_step`); returns a list of per-loop metrics.
+
+        Args:
+            dataset_fn: see `distribute()`.
+            until_step: stop at this global step instead.
+        """
+        from tqdm.auto import tqdm
+        o = self.options
+        if self.optimizer is None:
+            raise BertError("build_optimizer() first")
+        target = min(self.num_train_steps, until_step or self.num_train_steps)
+        step = self.step
+        if step >= target:
+            log.info("checkpoint at step %d >= %d: nothing to train", step, target)
+            return []
+        iterator = iter(self.distribute(dataset_fn, training=True))  # input errors come first
+        if self.is_chief:
+            tf.io.gfile.makedirs(o.output_dir)
+            writer = tf.summary.create_file_writer(o.output_dir)
+        else:
+            writer = tf.summary.create_noop_writer()
+        history = []
+        bar = tqdm(total=self.num_train_steps, initial=step, desc="train", unit="step",
+                   disable=not o.progress, dynamic_ncols=True)
+        try:
+            while step < target:
+                n = min(o.iterations_per_loop, target - step,
+                        o.save_checkpoints_steps - step % o.save_checkpoints_steps)
+                start = time.perf_counter()
+                totals = self._run_loop(iterator, n)
+                elapsed = time.perf_counter() - start
+                step = self.step
+                m = self.task.summarize(totals, n)
+                if not math.isfinite(m["loss"]):
+                    raise BertError(f"training diverged at step {step}: loss {m['loss']} "
+                                    "(lower --learning_rate?)")
+                m.update(step=step, learning_rate=self.learning_rate(),
+                         examples_per_second=n * o.train_batch_size / max(elapsed, 1e-9))
+                if self.loss_scaling:
+                    m["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
+                history.append(m)
+                with writer.as_default(step=step):
+                    for key, value in m.items():
+                        if key != "step":
+                            tf.summary.scalar(key, value)
+                log.info("step %d/%d %s lr=%.3g examples/s=%.1f", step, self.num_train_steps,
+                         self.task.log_text(m), m["learning_rate"], m["examples_per_second"])
+                bar.update(n)
+                bar.set_postfix(loss=f"{m['loss']:.4f}")
+                if step % o.save_checkpoints_steps == 0 or step == target:
+                    self.save()
+        finally:
+            bar.close()
+            writer.flush()
+        return history
+
+    def evaluate(self, dataset_fn, max_steps, empty_error="no examples to evaluate"):
+        """Mean metrics over up to `max_steps` eval batches; the chief writes
+        output_dir/eval_results.txt and eval summaries.
+
+        Args:
+            dataset_fn: see `distribute()`.
+            max_steps: batches to evaluate at most.
+            empty_error: BertError message when there is not a single full batch.
+        """
+        strategy, task = self.strategy, self.task
+        n = strategy.num_replicas_in_sync
+        if self.options.eval_batch_size <= 0 or self.options.eval_batch_size % n:
+            raise BertError(f"--eval_batch_size: {self.options.eval_batch_size} is not "
+                            f"divisible by the {n} replicas")
+        if self._eval_step_fn is None:
+            def replica_eval(batch):
+                ctx = tf.distribute.get_replica_context()
+                norms = task.normalizers(batch)
+                if ctx.num_replicas_in_sync > 1 and norms:
+                    norms = ctx.all_reduce(tf.distribute.ReduceOp.SUM, norms)
+                outputs = self.model({k: batch[k] for k in task.model_inputs}, training=False)
+                return task.loss(batch, outputs, norms)[1]
+
+            @tf.function
+            def eval_step(batch):
+                stats = strategy.run(replica_eval, args=(batch,))
+                return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, stats[k], axis=None)
+                        for k in task.stat_keys}
+
+            self._eval_step_fn = eval_step
+        totals = {k: 0.0 for k in task.stat_keys}
+        steps = 0
+        for batch in self.distribute(dataset_fn, training=False):
+            if steps >= max_steps:
+                break
+            for k, v in self._eval_step_fn(batch).items():
+                totals[k] += float(v)
+            steps += 1
+        if steps == 0:
+            raise BertError(empty_error)
+        results = task.summarize(totals, steps)
+        results["global_step"] = self.step
+        if self.is_chief:
+            self.write_results(results)
+            writer = tf.summary.create_file_writer(posixpath.join(self.options.output_dir,
+                                                                  "eval"))
+            with writer.as_default(step=results["global_step"]):
+                for key in task.eval_keys:
+                    tf.summary.scalar(key, results[key])
+            writer.flush()
+            log.info("eval at step %d: %s", results["global_step"],
+                     " ".join(f"{k}={results[k]:.4f}" for k in task.eval_keys))
+        return results
+
+    def write_results(self, results, name="eval_results.txt"):
+        """`key = value` lines (sorted) to output_dir/name, atomically; returns the path.
+
+        Args:
+            results: dict of metric name -> number.
+            name: file name in output_dir.
+        """
+        tf.io.gfile.makedirs(self.options.output_dir)
+        path = posixpath.join(self.options.output_dir, name)
+        fileio.write_eval_results(path, results)
+        return path
+
+    def export(self, export_dir=None):
+        """task.export of the model; the path written, None on non-chiefs.
+
+        Args:
+            export_dir: default options.export_dir, else output_dir/export.
+        """
+        export_dir = export_dir or self.options.export_dir or posixpath.join(
+            self.options.output_dir, "export")
+        if self.is_chief:
+            return self.task.export(self.model, export_dir)
+        tmp = tempfile.mkdtemp(prefix="bert_tf-worker-export-")
+        try:
+            self.task.export(self.model, os.path.join(tmp, "export"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return None
