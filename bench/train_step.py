@@ -3,7 +3,7 @@
 For each config (configs/bert_<name>.json) at seq 128, 20 predictions, on one device (CPU unless
 a GPU is visible), on the same synthetic records and global batch:
 
-  ours       PretrainingRunner.train_loop (the run_pretraining.py loop: tf.function running
+  ours       Trainer.train_loop (the run_pretraining.py loop on the one trainer: tf.function running
              --iterations_per_loop steps, masked-LM + NSP loss, AdamWeightDecay, clipping)
   keras_fit  the same BertPretrainer compiled with keras AdamW (same clipping) and sparse CE
              losses on its two outputs (masked-LM weighted by masked_lm_weights), model.fit with
@@ -38,7 +38,7 @@ from bert_tf.modeling.config import BertConfig  # noqa: E402
 from bert_tf.training.distribute import get_strategy, set_mixed_precision  # noqa: E402
 from bert_tf.training.input_pipeline import pretraining_dataset  # noqa: E402
 from bert_tf.modeling.models import BertPretrainer, build_model  # noqa: E402
-from bert_tf.training.pretraining import PretrainingOptions, PretrainingRunner  # noqa: E402
+from bert_tf.training.pretraining import PretrainingOptions, make_trainer  # noqa: E402
 
 SEQ, PRED = 128, 20
 
@@ -70,9 +70,11 @@ class Ours:
             max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=args.batch,
             learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100,
             iterations_per_loop=args.iterations, save_checkpoints_steps=10**6, seed=1,
-            jit_compile=args.jit)
-        self.runner = PretrainingRunner(cfg, out, options, get_strategy("one_device"))
-        self.iterator = iter(self.runner._dataset(files, is_training=True))
+            jit_compile=args.jit, output_dir=out, mixed_precision=args.mixed_precision,
+            progress=False)
+        self.runner = make_trainer(cfg, options, get_strategy("one_device"))
+        self.iterator = iter(self.runner.distribute(self.runner.task.dataset_fn(files, True),
+                                                    training=True))
         self.iterations = args.iterations
         self.run(1)  # trace + warm up
 
@@ -95,7 +97,7 @@ class KerasFit:
     steps_per_execution steps, from the end of fit's first execution (fit's set-up excluded)."""
 
     def __init__(self, cfg, files, args):
-        self.model = build_model(BertPretrainer(cfg))
+        self.model = build_model(BertPretrainer.from_bert_config(cfg))
         self.model.compile(
             optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6,
                                              global_clipnorm=1.0),

@@ -46,25 +46,32 @@ EMBED_SENTENCES = [
 ]
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", "demo_out", "Work folder (vocab, TFRecords, checkpoints, logs).")
-flags.DEFINE_string("export_base", os.path.join(REPO, "export"),
-                    "SavedModels go to <export_base>/<name>/<version>/ (the TF Serving layout).")
-flags.DEFINE_string("input_file", SAMPLE_CORPUS, "Corpus: one sentence a line, blank line "
-                    "between documents.")
-flags.DEFINE_string("vocab_file", None, "Use this vocab.txt instead of learning one.")
-flags.DEFINE_bool("do_lower_case", True, "Uncased model.")
-flags.DEFINE_integer("vocab_size", 2000, "Size of the learned vocab (upper bound).")
-flags.DEFINE_string("bert_config_file", TINY_CONFIG, "Model shape (vocab_size is replaced by "
-                    "the vocab's).")
-flags.DEFINE_integer("max_seq_length", 64, "Sequence length of the pre-training examples.")
-flags.DEFINE_integer("max_predictions_per_seq", 10, "Masked positions per example.")
-flags.DEFINE_integer("dupe_factor", 10, "Copies of the corpus with different masks.")
-flags.DEFINE_integer("train_steps", 1000, "Pre-training steps.")
-flags.DEFINE_integer("train_batch_size", 32, "Global batch size.")
-flags.DEFINE_float("learning_rate", 5e-4, "Peak learning rate (tiny model, tiny corpus; 1e-3 "
-                   "stalls on the unigram plateau).")
-flags.DEFINE_integer("iterations_per_loop", 100, "Steps per loop (one console line each).")
-flags.DEFINE_integer("seed", 12345, "Seed of data generation and training.")
+
+
+def _define_flags():
+    """Flags of the command line only: importing this module defines none (it would
+    clash with other modules' flags of the same name in one process)."""
+    flags.DEFINE_string("output_dir", "demo_out",
+                        "Work folder (vocab, TFRecords, checkpoints, logs).")
+    flags.DEFINE_string("export_base", os.path.join(REPO, "export"),
+                        "SavedModels go to <export_base>/<name>/<version>/ "
+                        "(the TF Serving layout).")
+    flags.DEFINE_string("input_file", SAMPLE_CORPUS, "Corpus: one sentence a line, blank line "
+                        "between documents.")
+    flags.DEFINE_string("vocab_file", None, "Use this vocab.txt instead of learning one.")
+    flags.DEFINE_bool("do_lower_case", True, "Uncased model.")
+    flags.DEFINE_integer("vocab_size", 2000, "Size of the learned vocab (upper bound).")
+    flags.DEFINE_string("bert_config_file", TINY_CONFIG, "Model shape (vocab_size is replaced by "
+                        "the vocab's).")
+    flags.DEFINE_integer("max_seq_length", 64, "Sequence length of the pre-training examples.")
+    flags.DEFINE_integer("max_predictions_per_seq", 10, "Masked positions per example.")
+    flags.DEFINE_integer("dupe_factor", 10, "Copies of the corpus with different masks.")
+    flags.DEFINE_integer("train_steps", 1000, "Pre-training steps.")
+    flags.DEFINE_integer("train_batch_size", 32, "Global batch size.")
+    flags.DEFINE_float("learning_rate", 5e-4, "Peak learning rate (tiny model, tiny corpus; 1e-3 "
+                       "stalls on the unigram plateau).")
+    flags.DEFINE_integer("iterations_per_loop", 100, "Steps per loop (one console line each).")
+    flags.DEFINE_integer("seed", 12345, "Seed of data generation and training.")
 
 
 def _say(text):
@@ -240,4 +247,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main)

@@ -115,7 +115,7 @@ def test_adamw_original_has_no_bias_correction():
 
 def test_weight_decay_exclusions_on_the_pretrainer(tiny_config):
     from bert_tf.modeling.models import BertPretrainer, build_model
-    model = build_model(BertPretrainer(tiny_config))
+    model = build_model(BertPretrainer.from_bert_config(tiny_config))
     variables = model.trainable_variables
     before = {v.path: v.numpy() for v in variables}
     # Constant lr 0.5, zero gradients: the Adam part is 0, only the decay moves parameters.

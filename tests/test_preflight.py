@@ -330,3 +330,56 @@ def test_run_pretraining_reports_each_mistake_in_one_line_and_writes_nothing(tmp
         assert got[name] == f"error: {want}", name
         out = tmp_path / name
         assert not out.exists() or not list(out.iterdir()), (name, list(out.iterdir()))
+
+
+@pytest.mark.slow  # three training runs (~2.5 min on a loaded 2-core machine)
+def test_run_pretraining_in_graph_checks_and_skip_corrupt_records(tmp_path):
+    """Past the pre-flight's leading records: bad ids and a corrupt record stop the run with
+    one line and no checkpoint; --skip_corrupt_records trains on, logging what was lost."""
+    import os
+    import subprocess
+    import sys
+    from conftest import tiny_bert_config
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    config = tmp_path / "bert_config.json"
+    tiny_bert_config(vocab_size=VOCAB).to_json_file(str(config))
+    feats = write_pretraining_records(tmp_path / "src", 24)
+    feats[20]["input_ids"] = [1] * (SEQ - 1) + [999]
+    write_examples(tmp_path / "ids.tfrecord", feats)
+    good = tmp_path / "good.tfrecord"
+    write_pretraining_records(good, 24)
+    data, pos = bytearray(good.read_bytes()), 0
+    for _ in range(20):
+        pos += 16 + int.from_bytes(data[pos:pos + 8], "little")
+    data[pos + 30] ^= 0x55
+    (tmp_path / "crc.tfrecord").write_bytes(bytes(data))
+
+    def run(name, *extra):
+        return subprocess.run(
+            [sys.executable, os.path.join(repo, "run_pretraining.py"),
+             f"--bert_config_file={config}", f"--input_file={tmp_path / name}.tfrecord",
+             f"--output_dir={tmp_path / name}", "--max_seq_length=32",
+             "--max_predictions_per_seq=5", "--train_batch_size=4", "--num_train_steps=8",
+             "--num_warmup_steps=1", "--iterations_per_loop=8", "--seed=1", "--do_train",
+             *extra], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+            env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+
+    res = run("ids")
+    assert res.returncode == 1 and res.stderr.splitlines()[-1] == (
+        f"error: --input_file {tmp_path / 'ids.tfrecord'}: record 20: input_ids has id 999 outside "
+        f"[0, vocab_size {VOCAB}) of --bert_config_file: use the bert_config.json that matches "
+        "the data or regenerate the data"), res.stderr[-3000:]
+    res = run("crc")
+    assert res.returncode == 1 and res.stderr.splitlines()[-1] == (
+        f"error: --input_file {tmp_path / 'crc.tfrecord'}: record 20 at byte {pos} is corrupt or "
+        f"truncated: copy the file again or {REGEN}; or skip the rest of such files with "
+        "--skip_corrupt_records"), res.stderr[-3000:]
+    for name in ("ids", "crc"):
+        assert not [p for p in (tmp_path / name).glob("*") if "ckpt" in p.name
+                    or p.name == "checkpoint"], name
+    res = run("crc", "--skip_corrupt_records")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (f"warning: --input_file {tmp_path / 'crc.tfrecord'}: record 20 at byte {pos} is "
+            "corrupt or truncated: skipped the rest of the file (--skip_corrupt_records): "
+            f"4 record(s), {len(data) - pos} bytes lost") in res.stderr
+    assert (tmp_path / "crc" / "checkpoint").exists()

@@ -44,7 +44,7 @@ def tf1_model(tmp_path_factory):
     cfg["vocab_size"] = len(VOCAB)
     (d / "bert_config.json").write_text(json.dumps(cfg), encoding="utf-8")
     keras.utils.set_random_seed(7)
-    model = build_model(BertPretrainer(BertConfig.from_dict(cfg)))
+    model = build_model(BertPretrainer.from_bert_config(cfg))
     prefix = save_tf1_checkpoint(model, str(d / "bert_model.ckpt"), global_step=1000)
     return {"dir": d, "ckpt": prefix, "vocab": str(d / "vocab.txt"),
             "config": str(d / "bert_config.json"),
@@ -109,7 +109,8 @@ def test_tf1_checkpoint_finetune_export_fresh_process(tmp_path, tf1_model):
     got = json.loads(stdout.strip().splitlines()[-1])
     # Training started from the TF1 weights: 3 small steps move them by ~1e-3 at most, while
     # a fresh initialisation would differ by ~0.02 everywhere.
-    model = build_model(BertClassifier(BertConfig.from_json_file(tf1_model["config"]), 2))
+    config = BertConfig.from_json_file(tf1_model["config"])
+    model = build_model(BertClassifier.from_bert_config(config, 2))
     checkpoints.load_checkpoint(model, str(out / "ckpt-3"))
     diff = np.abs(np.asarray(model.encoder.word_embeddings) - tf1_model["word_embeddings"])
     assert 0 < diff.max() < 5e-3

@@ -246,8 +246,9 @@ def _tagging_tuner(tmp_path, name, **overrides):
     class NoDropoutTagging(finetune.FinetuneTask):
         # no dropout anywhere (the head's default is 0.1): replicas draw other masks
         def build_model(self):
-            return finetune.built(BertTokenClassifier(tiny_bert_config(num_hidden_layers=1), 3,
-                                                      dropout_rate=0.0), self.cfg)
+            model = BertTokenClassifier.from_bert_config(tiny_bert_config(num_hidden_layers=1), 3,
+                                                         dropout_rate=0.0)
+            return finetune.built(model, self.cfg)
 
     cfg = finetune.RunConfig(output_dir=str(tmp_path / name), max_seq_length=8,
                              train_batch_size=4, learning_rate=1e-2, seed=1, progress=False,

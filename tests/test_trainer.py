@@ -20,8 +20,9 @@ class Tagging(finetune.FinetuneTask):
         self.dropout = dropout
 
     def build_model(self):
-        return finetune.built(BertTokenClassifier(tiny_bert_config(num_hidden_layers=1), 3,
-                                                  dropout_rate=self.dropout), self.cfg)
+        model = BertTokenClassifier.from_bert_config(tiny_bert_config(num_hidden_layers=1), 3,
+                                                     dropout_rate=self.dropout)
+        return finetune.built(model, self.cfg)
 
 
 def _trainer(tmp_path, name, dropout=0.0, **overrides):

@@ -107,13 +107,13 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, records):
     loaded = tf.saved_model.load(result["export_dir"])
     got = loaded.signatures["serving_default"](**ids)["pooled_output"].numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
-    fresh = build_model(BertPretrainer(tiny_bert_config(dropout=0.1)))
+    fresh = build_model(BertPretrainer.from_bert_config(tiny_bert_config(dropout=0.1)))
     assert not np.allclose(fresh.encoder(ids)["pooled_output"].numpy(), want, atol=1e-3)
 
 
 def test_init_checkpoint_accepts_an_original_tf1_checkpoint(tmp_path):
     from bert_tf.convert.checkpoints import save_tf1_checkpoint
-    source = build_model(BertPretrainer(tiny_bert_config()))
+    source = build_model(BertPretrainer.from_bert_config(tiny_bert_config()))
     for v in source.encoder.weights:  # recognisable values, unlike a fresh initialisation
         v.assign(np.random.default_rng(len(v.path)).normal(size=v.shape).astype("float32"))
     prefix = save_tf1_checkpoint(source, str(tmp_path / "tf1" / "bert_model.ckpt"))

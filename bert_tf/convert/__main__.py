@@ -107,16 +107,19 @@ def convert(from_format, source, to_format, output, bert_config_file=None, vocab
     return output
 
 
-flags.DEFINE_enum("from", None, list(FROM), "Format of --source.")
-flags.DEFINE_string("source", None, "Checkpoint prefix/directory, or a HF model directory.")
-flags.DEFINE_enum("to", None, list(TO), "Format to write.")
-flags.DEFINE_string("output", None, "Output directory (must not exist unless --overwrite).")
-flags.DEFINE_string("bert_config_file", None, "bert_config.json (not needed for --from=hf).")
-flags.DEFINE_string("vocab_file", None, "vocab.txt (default for --from=hf: the source's).")
-flags.DEFINE_bool("do_lower_case", True, "Written to the HF tokenizer_config.json.")
-flags.DEFINE_enum("model", "pretrainer", ["pretrainer", "encoder"],
-                  "Convert the encoder with its pre-training heads, or the encoder only.")
-flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
+def _define_flags():
+    """Flags of the command line only: importing this module defines none (it would
+    clash with other modules' flags of the same name in one process)."""
+    flags.DEFINE_enum("from", None, list(FROM), "Format of --source.")
+    flags.DEFINE_string("source", None, "Checkpoint prefix/directory, or a HF model directory.")
+    flags.DEFINE_enum("to", None, list(TO), "Format to write.")
+    flags.DEFINE_string("output", None, "Output directory (must not exist unless --overwrite).")
+    flags.DEFINE_string("bert_config_file", None, "bert_config.json (not needed for --from=hf).")
+    flags.DEFINE_string("vocab_file", None, "vocab.txt (default for --from=hf: the source's).")
+    flags.DEFINE_bool("do_lower_case", True, "Written to the HF tokenizer_config.json.")
+    flags.DEFINE_enum("model", "pretrainer", ["pretrainer", "encoder"],
+                      "Convert the encoder with its pre-training heads, or the encoder only.")
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
 
 
 def main(argv):
@@ -134,4 +137,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main)

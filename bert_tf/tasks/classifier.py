@@ -53,9 +53,11 @@ class ClassifierTask(finetune.FinetuneTask):
         self.bert_config = bert_config
 
     def build_model(self):
+        from bert_tf.modeling.encoder import BertEncoder
         from bert_tf.modeling.models import BertClassifier
         num_classes = 1 if self.labels is None else len(self.labels)
-        return finetune.built(BertClassifier(self.bert_config, num_classes), self.cfg)
+        return finetune.built(BertClassifier(
+            BertEncoder.from_bert_config(self.bert_config, name="encoder"), num_classes), self.cfg)
 
 
 def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):

@@ -191,8 +191,10 @@ class NerTask(FinetuneTask):
         self.bert_config = bert_config
 
     def build_model(self):
+        from bert_tf.modeling.encoder import BertEncoder
         from bert_tf.modeling.models import BertTokenClassifier
-        return built(BertTokenClassifier(self.bert_config, len(self.labels)), self.cfg)
+        return built(BertTokenClassifier(BertEncoder.from_bert_config(self.bert_config, name="encoder"),
+                                         len(self.labels)), self.cfg)
 
 
 def _data_path(cfg, name):

@@ -445,8 +445,9 @@ class SquadTask(FinetuneTask):
         self.bert_config = bert_config
 
     def build_model(self):
+        from bert_tf.modeling.encoder import BertEncoder
         from bert_tf.modeling.models import BertSpanLabeler
-        return built(BertSpanLabeler(self.bert_config), self.cfg)
+        return built(BertSpanLabeler(BertEncoder.from_bert_config(self.bert_config, name="encoder")), self.cfg)
 
 
 # --- run_squad ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.modeling.config import BertConfig
+from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.models import BertPretrainer, build_model
 from bert_tf.training.input_pipeline import list_files, pretraining_dataset
 from bert_tf.training.options import PretrainingOptions  # noqa: F401  (API)
@@ -81,7 +82,7 @@ class PretrainingTask(Task):
         self.config, self.options = bert_config, options
 
     def build_model(self):
-        return build_model(BertPretrainer(self.config))
+        return build_model(BertPretrainer(BertEncoder.from_bert_config(self.config, name="encoder")))
 
     def check(self, options, num_replicas):
         o = options
@@ -122,7 +123,9 @@ class PretrainingTask(Task):
             return pretraining_dataset(
                 input_file, batch_size, o.max_seq_length, o.max_predictions_per_seq, training,
                 input_context=ctx, seed=seed, dynamic_masking=o.dynamic_masking and training,
-                vocab_size=self.config.vocab_size, mask_id=o.mask_id, skip_batches=skip_batches)
+                vocab_size=self.config.vocab_size, mask_id=o.mask_id, skip_batches=skip_batches,
+                type_vocab_size=self.config.type_vocab_size,
+                skip_corrupt_records=o.skip_corrupt_records)
         return fn
 
     def export(self, model, export_dir):

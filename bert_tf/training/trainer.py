@@ -45,6 +45,13 @@ from bert_tf.training.task import INPUT_NAMES, Task  # noqa: F401  (API)
 log = logging.getLogger("bert_tf")
 
 
+def _data_error(error):
+    """A bad record found in-graph by the input pipeline -> its one-line BertError; any other
+    error unchanged."""
+    from bert_tf.training.preflight import explain_data_error
+    return explain_data_error(error) or error
+
+
 class Trainer:
     """Strategy, model, optimizer, checkpoints and the distributed train/eval/predict loops.
 
@@ -287,6 +294,8 @@ class Trainer:
             raise BertError(f"--strategy=multi_worker: lost contact with another worker at "
                             f"step {self.step} ({distribute.worker_failure(e)}); "
                             "restart all workers to resume from the latest checkpoint") from None
+        except tf.errors.OpError as e:
+            raise _data_error(e) from None
 
     def learning_rate(self):
         lr = self.inner_optimizer.learning_rate
@@ -383,12 +392,15 @@ class Trainer:
             self._eval_step_fn = eval_step
         totals = {k: 0.0 for k in task.stat_keys}
         steps = 0
-        for batch in self.distribute(dataset_fn, training=False):
-            if steps >= max_steps:
-                break
-            for k, v in self._eval_step_fn(batch).items():
-                totals[k] += float(v)
-            steps += 1
+        try:
+            for batch in self.distribute(dataset_fn, training=False):
+                if steps >= max_steps:
+                    break
+                for k, v in self._eval_step_fn(batch).items():
+                    totals[k] += float(v)
+                steps += 1
+        except tf.errors.OpError as e:
+            raise _data_error(e) from None
         if steps == 0:
             raise BertError(empty_error)
         results = task.summarize(totals, steps)
