@@ -10,7 +10,7 @@ from bert_tf.tasks import classifier_data as cd
 from bert_tf.tasks import ner
 from bert_tf.tokenization import FullTokenizer
 
-# REFERENCE.md's test vocabulary (+ [MASK], which FullTokenizer requires).
+# The original release's test vocabulary (+ [MASK], which FullTokenizer requires).
 REF_VOCAB = ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing",
              ",", "[MASK]"]
 

@@ -223,7 +223,7 @@ REF_VOCAB = ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "r
 
 
 def test_reference_vectors_in_graph(tmp_path):
-    """REFERENCE.md's tokenizer vectors (ids 0..10; [MASK] appended as id 11)."""
+    """The original release's tokenizer test vectors (ids 0..10; [MASK] appended as id 11)."""
     path = tmp_path / "vocab.txt"
     path.write_text("".join(t + "\n" for t in REF_VOCAB), encoding="utf-8")
     lower = text_graph.BertTextTokenizer(str(path), do_lower_case=True)

@@ -1,4 +1,4 @@
-"""FullTokenizer: the original release's rules (shared REFERENCE.md), exact tokens and ids.
+"""FullTokenizer: the original release's rules, exact tokens and ids.
 
 Expected values are derived by hand from the rules, not printed from our output.
 """
@@ -10,7 +10,7 @@ import bert_tf
 from bert_tf import tokenization
 from bert_tf.tokenization import BasicTokenizer, FullTokenizer, WordpieceTokenizer
 
-# REFERENCE.md test vocab, ids 0..10.
+# The original release's test vocab, ids 0..10.
 REF_VOCAB = ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing", ","]
 
 
@@ -31,7 +31,7 @@ def ref_tokenizer(ref_vocab_file):
 
 
 # ---------------------------------------------------------------------------------------------
-# REFERENCE.md vectors
+# The original release's tokenization_test.py vectors
 
 def test_reference_full_tokenizer(ref_tokenizer):
     tokens = ref_tokenizer.tokenize("UNwant\u00E9d,running")

@@ -1,9 +1,10 @@
 """FullTokenizer: the original release's BasicTokenizer + WordpieceTokenizer, exactly.
 
-Behaviour (see shared REFERENCE.md): clean text (drop NUL, U+FFFD, control chars; whitespace ->
-space), space out CJK ideographs, split on whitespace, optionally lower-case + NFD + drop
-combining marks, split off punctuation, then greedy longest-match-first WordPiece with `##`
-continuations, 200 chars per word at most, and `[UNK]` for a word with any unmatched piece.
+Behaviour (the original release's tokenization.py): clean text (drop NUL, U+FFFD, control
+chars; whitespace -> space), space out CJK ideographs, split on whitespace, optionally
+lower-case + NFD + drop combining marks, split off punctuation, then greedy
+longest-match-first WordPiece with `##` continuations, 200 chars per word at most, and
+`[UNK]` for a word with any unmatched piece.
 """
 import collections
 import itertools
