@@ -490,8 +490,8 @@ def test_preprocessing_layer_config_and_functional_model(tokenizers):
     lower, py, tg = tokenizers
     layer = text_graph.BertPreprocessingLayer(py.vocab_file, do_lower_case=lower)
     config = layer.get_config()
-    assert (config["vocab_file"], config["do_lower_case"], config["seq_length"]) == (
-        py.vocab_file, lower, 128)
+    assert (config["vocabulary"], config["do_lower_case"], config["seq_length"]) == (
+        tokenization.vocab_tokens(py.vocab_file), lower, 128)
     clone = text_graph.BertPreprocessingLayer.from_config(config)
     inp = keras.Input(shape=(), dtype="string")
     model = keras.Model(inp, clone(inp))
@@ -500,6 +500,22 @@ def test_preprocessing_layer_config_and_functional_model(tokenizers):
     want = layer(texts)
     for k in want:
         assert got[k].shape == (3, 128)
+        np.testing.assert_array_equal(got[k].numpy(), want[k].numpy())
+
+
+def test_preprocessing_layer_keras_file_is_self_contained(tokenizers, tmp_path):
+    lower, py, tg = tokenizers
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text(open(py.vocab_file, encoding="utf-8").read(), encoding="utf-8")
+    inp = keras.Input(shape=(), dtype="string")
+    model = keras.Model(inp, text_graph.BertPreprocessingLayer(str(vocab), lower, 16)(inp))
+    texts = tf.constant(["Zoë kept a logbook.", "", "灯台守の夜"])
+    want = model(texts)
+    model.save(str(tmp_path / "pre.keras"))
+    vocab.unlink()  # the .keras file must not need it
+    again = keras.models.load_model(str(tmp_path / "pre.keras"))
+    got = again(texts)
+    for k in want:
         np.testing.assert_array_equal(got[k].numpy(), want[k].numpy())
 
 

@@ -339,12 +339,30 @@ def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class BertPreprocessingLayer(keras.layers.Layer):
-    """string [batch] (or a list of two for sentence pairs) -> BERT inputs dict at seq_length."""
+    """string [batch] (or a list of two for sentence pairs) -> BERT inputs dict at seq_length.
 
-    def __init__(self, vocab_file, do_lower_case=True, seq_length=128, **kwargs):
+    The vocabulary is kept as a token list in `get_config()`, so a saved `.keras` file is
+    self-contained (it does not point at a vocab file that may be gone).
+
+    Args:
+        vocabulary: a vocab.txt path, or the list of tokens (index = id).
+        do_lower_case: bool, lower-case and strip accents (uncased models).
+        seq_length: int, length the inputs are packed (and truncated) to.
+        **kwargs: `keras.layers.Layer` arguments.
+    """
+
+    def __init__(self, vocabulary, do_lower_case=True, seq_length=128, **kwargs):
         kwargs.setdefault("trainable", False)
         super().__init__(**kwargs)
-        self.vocab_file = vocab_file
+        if isinstance(vocabulary, (list, tuple)):
+            self.vocabulary = [str(t) for t in vocabulary]
+            tmp_dir = tempfile.mkdtemp(prefix="bert_tf_vocab_")
+            vocab_file = os.path.join(tmp_dir, "vocab.txt")
+            with open(vocab_file, "w", encoding="utf-8", newline="\n") as f:
+                f.write("\n".join(self.vocabulary) + "\n")
+        else:
+            vocab_file = vocabulary
+            self.vocabulary = tokenization.vocab_tokens(vocab_file)
         self.do_lower_case = bool(do_lower_case)
         self.seq_length = int(seq_length)
         self.tokenizer = BertTextTokenizer(vocab_file, do_lower_case=do_lower_case)
@@ -365,6 +383,6 @@ class BertPreprocessingLayer(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(vocab_file=self.vocab_file, do_lower_case=self.do_lower_case,
+        config.update(vocabulary=list(self.vocabulary), do_lower_case=self.do_lower_case,
                       seq_length=self.seq_length)
         return config
