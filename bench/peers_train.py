@@ -2,7 +2,7 @@
 
 Both peers do the work of one bert_tf pre-training step on the same TFRecords and global batch
 (masked-LM over `masked_lm_positions` with tied embeddings, 2-way NSP, AdamW-type update with
-global-norm clipping at 1.0, dropout 0.1) and expose `run(calls) -> seconds` for
+global-norm clipping at 1.0, dropout 0.1) and expose `run(calls) -> (wall, CPU) seconds` for
 `calls * iterations` steps after a warm-up call, so train_step.py can interleave their rounds.
 
   keras-hub     `keras_hub.models.BertBackbone` + `keras_hub.layers.MaskedLMHead` (tied to
@@ -27,6 +27,17 @@ import time
 
 SEQ, PRED = 128, 20
 _TAG = "@@peer "  # protocol lines of the Model Garden child (other stdout lines are ignored)
+
+
+def clock():
+    """(wall seconds, CPU seconds of this process, all threads): CPU time is what a step costs
+    even when other jobs share the cores."""
+    return (time.perf_counter(), time.process_time())
+
+
+def since(start):
+    now = clock()
+    return (now[0] - start[0], now[1] - start[1])
 
 
 # ---- keras-hub (Keras 3, in-process) ---------------------------------------------------------
@@ -93,12 +104,12 @@ class KerasHubFit:
         import numpy as np
 
         times = []
-        clock = keras.callbacks.LambdaCallback(
-            on_train_batch_end=lambda batch, logs: times.append(time.perf_counter()))
+        callback = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: times.append(clock()))
         hist = self.model.fit(self.ds, epochs=1, steps_per_epoch=(calls + 1) * self.iterations,
-                              verbose=0, callbacks=[clock])
+                              verbose=0, callbacks=[callback])
         assert np.isfinite(hist.history["loss"][-1])
-        return times[-1] - times[0]
+        return times[-1][0] - times[0][0], times[-1][1] - times[0][1]
 
 
 # ---- Model Garden (tf_keras, child process) --------------------------------------------------
@@ -126,7 +137,8 @@ class ModelGarden:
     def run(self, calls):
         self.proc.stdin.write(f"{calls}\n")
         self.proc.stdin.flush()
-        return float(self._reply()["seconds"])
+        reply = self._reply()
+        return (reply["seconds"], reply["cpu_seconds"])
 
     def close(self):
         if self.proc.poll() is None:
@@ -198,18 +210,19 @@ def _model_garden_child(args):
     loop = tf.function(create_tf_while_loop_fn(step_fn))
 
     def run(calls):
-        start = time.perf_counter()
+        start = clock()
         for _ in range(calls):
             loop(iterator, tf.constant(args.iterations, tf.int32))
             loss = float(train_loss.result())  # the trainer's train_loop_end
         assert np.isfinite(loss)
-        return time.perf_counter() - start
+        return since(start)
 
     run(1)  # trace + warm up
     print(_TAG + json.dumps({"params": model.count_params()}), flush=True)
     for line in sys.stdin:
         if line.strip():
-            print(_TAG + json.dumps({"seconds": run(int(line))}), flush=True)
+            wall, cpu = run(int(line))
+            print(_TAG + json.dumps({"seconds": wall, "cpu_seconds": cpu}), flush=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ a GPU is visible), on the same synthetic TFRecords and global batch, each implem
 --jit compiles every implementation with XLA (bert_tf: --jit_compile). Tracing/compilation is
 excluded (one warm-up call first); timed rounds alternate between the implementations and the
 best round of each counts, so load changes on a shared machine hit all alike. Rows report
-steps/s, examples/s and bert_tf / peer.
+steps/s, examples/s, bert_tf / impl (speed ratio: > 1 means bert_tf is faster), and the CPU time
+per step of the whole process (all threads) with its ratio impl / bert_tf (> 1: bert_tf does
+less work), which other jobs on the same cores disturb far less than wall time.
 
   .venv/bin/python bench/train_step.py                      # tiny and mini, batch 32
   .venv/bin/python bench/train_step.py --configs base --batch 8 --steps 10 --rounds 2
@@ -42,7 +44,7 @@ from bert_tf.training.distribute import get_strategy, set_mixed_precision  # noq
 from bert_tf.training.input_pipeline import pretraining_dataset  # noqa: E402
 from bert_tf.modeling.models import BertPretrainer, build_model  # noqa: E402
 from bert_tf.training.pretraining import PretrainingOptions, PretrainingRunner  # noqa: E402
-from peers_train import KerasHubFit, ModelGarden  # noqa: E402
+from peers_train import KerasHubFit, ModelGarden, clock, since  # noqa: E402
 
 SEQ, PRED = 128, 20
 
@@ -82,17 +84,16 @@ class BertTf:
         self.run(1)  # trace + warm up
 
     def run(self, calls):
-        start = time.perf_counter()
+        start = clock()
         for _ in range(calls):
             loss = float(self.runner.train_loop(self.iterator, self.iterations)["loss"])
-        elapsed = time.perf_counter() - start
         assert np.isfinite(loss)
-        return elapsed
+        return since(start)
 
 
 class _Clock(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
-        self.times.append(time.perf_counter())
+        self.times.append(clock())
 
 
 class KerasFit:
@@ -124,7 +125,7 @@ class KerasFit:
         hist = self.model.fit(self.ds, epochs=1, steps_per_epoch=(calls + 1) * self.iterations,
                               verbose=0, callbacks=[clock])
         assert np.isfinite(hist.history["loss"][-1])
-        return clock.times[-1] - clock.times[0]
+        return (clock.times[-1][0] - clock.times[0][0], clock.times[-1][1] - clock.times[0][1])
 
 
 def bert_tf_impl(cfg, files, out, args):
@@ -173,7 +174,7 @@ def main():
           f"Keras {keras.__version__}")
     print("# " + " ".join([os.path.basename(sys.executable)] + sys.argv))
     print(f"{'config':7} {'impl':13} {'params':>11} {'steps/s':>8} {'examples/s':>11} "
-          f"{'bert_tf/impl':>13}")
+          f"{'bert_tf/impl':>13} {'cpu_ms/st':>9} {'cpu ratio':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.configs.split(","):
             cfg = BertConfig.from_json_file(os.path.join(REPO, "configs", f"bert_{name}.json"))
@@ -184,20 +185,23 @@ def main():
             impls = {key: make_impl(key, name, cfg, files, tmp, args)
                      for key in ["bert_tf"] + peers}
             calls = max(1, args.steps // args.iterations)
-            best = {k: float("inf") for k in impls}
+            steps = calls * args.iterations
+            wall = {k: float("inf") for k in impls}
+            cpu = dict(wall)
             try:
                 for _ in range(args.rounds):
                     for key, impl in impls.items():
-                        best[key] = min(best[key], impl.run(calls))
+                        w, c = impl.run(calls)
+                        wall[key], cpu[key] = min(wall[key], w), min(cpu[key], c)
             finally:
                 for impl in impls.values():
                     if hasattr(impl, "close"):
                         impl.close()
-            sps = {k: calls * args.iterations / t for k, t in best.items()}
             for key, impl in impls.items():
-                print(f"{name:7} {key:13} {impl.params:11,d} {sps[key]:8.2f} "
-                      f"{sps[key] * args.batch:11.1f} {sps['bert_tf'] / sps[key]:13.2f}",
-                      flush=True)
+                sps = steps / wall[key]
+                print(f"{name:7} {key:13} {impl.params:11,d} {sps:8.2f} {sps * args.batch:11.1f} "
+                      f"{wall[key] / wall['bert_tf']:13.2f} {1000 * cpu[key] / steps:9.0f} "
+                      f"{cpu[key] / cpu['bert_tf']:10.2f}", flush=True)
             del impls
 
 
