@@ -28,7 +28,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -69,7 +68,7 @@ def write_records(path, n, vocab_size, seed=0):
 
 
 class BertTf:
-    """run_pretraining's loop on one device; `run(calls)` -> seconds for calls * iterations steps."""
+    """run_pretraining's loop on one device; `run(calls)` -> (wall, CPU) seconds of calls loops."""
 
     def __init__(self, cfg, files, out, args):
         options = PretrainingOptions(
