@@ -42,7 +42,7 @@ from bert_tf.modeling.config import BertConfig  # noqa: E402
 from bert_tf.training.distribute import get_strategy, set_mixed_precision  # noqa: E402
 from bert_tf.training.input_pipeline import pretraining_dataset  # noqa: E402
 from bert_tf.modeling.models import BertPretrainer, build_model  # noqa: E402
-from bert_tf.training.pretraining import PretrainingOptions, PretrainingRunner  # noqa: E402
+from bert_tf.training import pretraining  # noqa: E402
 from peers_train import KerasHubFit, ModelGarden, clock, since  # noqa: E402
 
 SEQ, PRED = 128, 20
@@ -71,13 +71,19 @@ class BertTf:
     """run_pretraining's loop on one device; `run(calls)` -> (wall, CPU) seconds of calls loops."""
 
     def __init__(self, cfg, files, out, args):
-        options = PretrainingOptions(
-            max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=args.batch,
-            learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100,
-            iterations_per_loop=args.iterations, save_checkpoints_steps=10**6, seed=1,
-            jit_compile=args.jit)
-        self.runner = PretrainingRunner(cfg, out, options, get_strategy("one_device"))
-        self.iterator = iter(self.runner._dataset(files, is_training=True))
+        kw = dict(max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=args.batch,
+                  learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100,
+                  iterations_per_loop=args.iterations, save_checkpoints_steps=10**6, seed=1,
+                  jit_compile=args.jit)
+        if hasattr(pretraining, "make_trainer"):  # the generic bert_tf.training.trainer
+            options = pretraining.PretrainingOptions(output_dir=out, **kw)
+            self.runner = pretraining.make_trainer(cfg, options, get_strategy("one_device"))
+            dataset = self.runner.distribute(self.runner.task.dataset_fn(files, True), True)
+        else:
+            self.runner = pretraining.PretrainingRunner(
+                cfg, out, pretraining.PretrainingOptions(**kw), get_strategy("one_device"))
+            dataset = self.runner._dataset(files, is_training=True)
+        self.iterator = iter(dataset)
         self.iterations = args.iterations
         self.params = self.runner.model.count_params()
         self.run(1)  # trace + warm up
@@ -100,7 +106,8 @@ class KerasFit:
     steps_per_execution steps, from the end of fit's first execution (fit's set-up excluded)."""
 
     def __init__(self, cfg, files, args):
-        self.model = build_model(BertPretrainer(cfg))
+        make = getattr(BertPretrainer, "from_bert_config", BertPretrainer)  # either API
+        self.model = build_model(make(cfg))
         self.model.compile(
             optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6,
                                              global_clipnorm=1.0),
