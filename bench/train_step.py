@@ -1,33 +1,37 @@
-"""Benchmark the pre-training step: bert_tf.training.pretraining vs a plain Keras `model.fit` peer.
+"""Benchmark the pre-training step: bert_tf against keras-hub and Model Garden, same data.
 
 For each config (configs/bert_<name>.json) at seq 128, 20 predictions, on one device (CPU unless
-a GPU is visible), on the same synthetic records and global batch:
+a GPU is visible), on the same synthetic TFRecords and global batch, each implementation runs
+`--iterations` steps per call (parameter counts are printed so that equal work is visible):
 
-  ours       Trainer.train_loop (the run_pretraining.py loop on the one trainer: tf.function running
-             --iterations_per_loop steps, masked-LM + NSP loss, AdamWeightDecay, clipping)
-  keras_fit  the same BertPretrainer compiled with keras AdamW (same clipping) and sparse CE
-             losses on its two outputs (masked-LM weighted by masked_lm_weights), model.fit with
-             steps_per_execution = the same iterations per call
-  peers      tf-models-official's BERT pretrainer or keras-hub's BertBackbone when importable
-             (neither is installed by default: reported as skipped)
+  bert_tf       run_pretraining.py's loop (tf.function running --iterations_per_loop steps,
+                masked-LM + NSP loss, the original's AdamWeightDecay, global-norm clipping 1.0)
+  keras_hub     BertBackbone + MaskedLMHead tied to the token embedding + Dense(2) NSP on the
+                pooled output, keras AdamW (global_clipnorm 1.0), fit(steps_per_execution)
+  model_garden  BertPretrainerV2(BertEncoder) with MaskedLMTask's train_step (losses, metrics)
+                and AdamWeightDecay, an Orbit while-loop of N steps in one tf.function
+                (tf_keras, in a child process; see bench/peers_train.py)
+  keras_fit     (--peers ...,keras_fit) our BertPretrainer under plain keras compile/fit
 
-Tracing/compilation is excluded (one warm-up call first); rows report steps/s, examples/s and the
-ratio to keras_fit measured in the same run (rounds alternate between the two; best
-round counts).
+--jit compiles every implementation with XLA (bert_tf: --jit_compile). Tracing/compilation is
+excluded (one warm-up call first); timed rounds alternate between the implementations and the
+best round of each counts, so load changes on a shared machine hit all alike. Rows report
+steps/s, examples/s, bert_tf / impl (speed ratio: > 1 means bert_tf is faster), and the CPU time
+per step of the whole process (all threads) with its ratio impl / bert_tf (> 1: bert_tf does
+less work), which other jobs on the same cores disturb far less than wall time.
 
   .venv/bin/python bench/train_step.py                      # tiny and mini, batch 32
-  .venv/bin/python bench/train_step.py --configs tiny,mini,base --batch 16 --steps 20
-  .venv/bin/python bench/train_step.py --mixed_precision float16 --jit   # on a GPU
+  .venv/bin/python bench/train_step.py --configs base --batch 8 --steps 10 --rounds 2
+  .venv/bin/python bench/train_step.py --jit
 """
 import argparse
-import importlib.util
 import os
 import sys
 import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND)
 import keras  # noqa: E402
@@ -38,7 +42,8 @@ from bert_tf.modeling.config import BertConfig  # noqa: E402
 from bert_tf.training.distribute import get_strategy, set_mixed_precision  # noqa: E402
 from bert_tf.training.input_pipeline import pretraining_dataset  # noqa: E402
 from bert_tf.modeling.models import BertPretrainer, build_model  # noqa: E402
-from bert_tf.training.pretraining import PretrainingOptions, make_trainer  # noqa: E402
+from bert_tf.training import pretraining  # noqa: E402
+from peers_train import KerasHubFit, ModelGarden, clock, since  # noqa: E402
 
 SEQ, PRED = 128, 20
 
@@ -62,34 +67,38 @@ def write_records(path, n, vocab_size, seed=0):
             w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())
 
 
-class Ours:
-    """run_pretraining's loop on one device; `run(calls)` -> seconds for calls * iterations steps."""
+class BertTf:
+    """run_pretraining's loop on one device; `run(calls)` -> (wall, CPU) seconds of calls loops."""
 
     def __init__(self, cfg, files, out, args):
-        options = PretrainingOptions(
-            max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=args.batch,
-            learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100,
-            iterations_per_loop=args.iterations, save_checkpoints_steps=10**6, seed=1,
-            jit_compile=args.jit, output_dir=out, mixed_precision=args.mixed_precision,
-            progress=False)
-        self.runner = make_trainer(cfg, options, get_strategy("one_device"))
-        self.iterator = iter(self.runner.distribute(self.runner.task.dataset_fn(files, True),
-                                                    training=True))
+        kw = dict(max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=args.batch,
+                  learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100,
+                  iterations_per_loop=args.iterations, save_checkpoints_steps=10**6, seed=1,
+                  jit_compile=args.jit)
+        if hasattr(pretraining, "make_trainer"):  # the generic bert_tf.training.trainer
+            options = pretraining.PretrainingOptions(output_dir=out, **kw)
+            self.runner = pretraining.make_trainer(cfg, options, get_strategy("one_device"))
+            dataset = self.runner.distribute(self.runner.task.dataset_fn(files, True), True)
+        else:
+            self.runner = pretraining.PretrainingRunner(
+                cfg, out, pretraining.PretrainingOptions(**kw), get_strategy("one_device"))
+            dataset = self.runner._dataset(files, is_training=True)
+        self.iterator = iter(dataset)
         self.iterations = args.iterations
+        self.params = self.runner.model.count_params()
         self.run(1)  # trace + warm up
 
     def run(self, calls):
-        start = time.perf_counter()
+        start = clock()
         for _ in range(calls):
             loss = float(self.runner.train_loop(self.iterator, self.iterations)["loss"])
-        elapsed = time.perf_counter() - start
         assert np.isfinite(loss)
-        return elapsed
+        return since(start)
 
 
 class _Clock(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
-        self.times.append(time.perf_counter())
+        self.times.append(clock())
 
 
 class KerasFit:
@@ -97,7 +106,8 @@ class KerasFit:
     steps_per_execution steps, from the end of fit's first execution (fit's set-up excluded)."""
 
     def __init__(self, cfg, files, args):
-        self.model = build_model(BertPretrainer.from_bert_config(cfg))
+        make = getattr(BertPretrainer, "from_bert_config", BertPretrainer)  # either API
+        self.model = build_model(make(cfg))
         self.model.compile(
             optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6,
                                              global_clipnorm=1.0),
@@ -112,6 +122,7 @@ class KerasFit:
                        {"mlm_logits": b["masked_lm_weights"],
                         "nsp_logits": tf.ones_like(b["next_sentence_labels"], tf.float32)}))
         self.iterations = args.iterations
+        self.params = self.model.count_params()
         self.run(1)  # trace + warm up
 
     def run(self, calls):
@@ -120,33 +131,56 @@ class KerasFit:
         hist = self.model.fit(self.ds, epochs=1, steps_per_epoch=(calls + 1) * self.iterations,
                               verbose=0, callbacks=[clock])
         assert np.isfinite(hist.history["loss"][-1])
-        return clock.times[-1] - clock.times[0]
+        return (clock.times[-1][0] - clock.times[0][0], clock.times[-1][1] - clock.times[0][1])
 
 
-def peers_available():
-    return [name for name in ("official", "keras_hub") if importlib.util.find_spec(name)]
+def bert_tf_impl(cfg, files, out, args):
+    """The bert_tf row: the one place to switch when the trainer changes."""
+    return BertTf(cfg, files, out, args)
+
+
+PEERS = ("keras_hub", "model_garden", "keras_fit")
+
+
+def make_impl(key, name, cfg, files, tmp, args):
+    config_file = os.path.join(REPO, "configs", f"bert_{name}.json")
+    if key == "bert_tf":
+        return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}"), args)
+    if key == "keras_hub":
+        return KerasHubFit(cfg, files, args.batch, args.iterations, jit=args.jit)
+    if key == "model_garden":
+        return ModelGarden(config_file, files, args.batch, args.iterations, jit=args.jit)
+    return KerasFit(cfg, files, args)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="tiny,mini")
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--peers", default="keras_hub,model_garden",
+                    help=f"comma-separated, from {','.join(PEERS)}")
+    ap.add_argument("--batch", type=int, default=32, help="global batch")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per round")
     ap.add_argument("--iterations", type=int, default=10, help="steps per loop call")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timed rounds per row")
     ap.add_argument("--mixed_precision", default="none")
-    ap.add_argument("--jit", action="store_true")
+    ap.add_argument("--jit", action="store_true", help="XLA for every implementation")
     args = ap.parse_args()
+    peers = [p for p in args.peers.split(",") if p]
+    unknown = set(peers) - set(PEERS)
+    if unknown:
+        ap.error(f"--peers: unknown {', '.join(sorted(unknown))}; expected {', '.join(PEERS)}")
+    if args.mixed_precision != "none" and "model_garden" in peers:
+        ap.error("--mixed_precision: the Model Garden row runs in float32 only; "
+                 "pass --peers keras_hub,keras_fit")
     set_mixed_precision(args.mixed_precision)
     device = "GPU" if tf.config.list_logical_devices("GPU") else f"CPU ({os.cpu_count()} cores)"
     print(f"# {device}, seq {SEQ}, {PRED} predictions, global batch {args.batch}, "
-          f"{args.iterations} steps per call, precision {args.mixed_precision}, "
-          f"jit {args.jit}, TF {tf.__version__}, Keras {keras.__version__}")
-    missing = {"official", "keras_hub"} - set(peers_available())
-    if missing:
-        print(f"# peers not installed (skipped): {', '.join(sorted(missing))}; "
-              "peer = plain keras model.fit on the same BertPretrainer")
-    print(f"{'config':8} {'impl':10} {'steps/s':>9} {'examples/s':>11} {'ours/peer':>10}")
+          f"{args.iterations} steps per call, {args.steps} timed steps x {args.rounds} rounds, "
+          f"precision {args.mixed_precision}, jit {args.jit}, TF {tf.__version__}, "
+          f"Keras {keras.__version__}")
+    print("# " + " ".join([os.path.basename(sys.executable)] + sys.argv))
+    print(f"{'config':7} {'impl':13} {'params':>11} {'steps/s':>8} {'examples/s':>11} "
+          f"{'bert_tf/impl':>13} {'cpu_ms/st':>9} {'cpu ratio':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.configs.split(","):
             cfg = BertConfig.from_json_file(os.path.join(REPO, "configs", f"bert_{name}.json"))
@@ -154,19 +188,27 @@ def main():
             for i in range(2):
                 write_records(os.path.join(tmp, f"{name}-{i}.tfrecord"), 4 * args.batch,
                               cfg.vocab_size, seed=i)
-            impls = {"ours": Ours(cfg, files, os.path.join(tmp, f"out-{name}"), args),
-                     "keras_fit": KerasFit(cfg, files, args)}
-            # Alternate the two in rounds (the best round counts) so that load changes on a
-            # shared machine hit both alike.
+            impls = {key: make_impl(key, name, cfg, files, tmp, args)
+                     for key in ["bert_tf"] + peers}
             calls = max(1, args.steps // args.iterations)
-            best = {k: float("inf") for k in impls}
-            for _ in range(args.rounds):
-                for key, impl in impls.items():
-                    best[key] = min(best[key], impl.run(calls))
-            sps = {k: calls * args.iterations / t for k, t in best.items()}
-            for impl in impls:
-                print(f"{name:8} {impl:10} {sps[impl]:9.2f} {sps[impl] * args.batch:11.1f} "
-                      f"{sps[impl] / sps['keras_fit']:10.2f}", flush=True)
+            steps = calls * args.iterations
+            wall = {k: float("inf") for k in impls}
+            cpu = dict(wall)
+            try:
+                for _ in range(args.rounds):
+                    for key, impl in impls.items():
+                        w, c = impl.run(calls)
+                        wall[key], cpu[key] = min(wall[key], w), min(cpu[key], c)
+            finally:
+                for impl in impls.values():
+                    if hasattr(impl, "close"):
+                        impl.close()
+            for key, impl in impls.items():
+                sps = steps / wall[key]
+                print(f"{name:7} {key:13} {impl.params:11,d} {sps:8.2f} {sps * args.batch:11.1f} "
+                      f"{wall[key] / wall['bert_tf']:13.2f} {1000 * cpu[key] / steps:9.0f} "
+                      f"{cpu[key] / cpu['bert_tf']:10.2f}", flush=True)
+            del impls
 
 
 if __name__ == "__main__":

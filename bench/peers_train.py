@@ -1,0 +1,237 @@
+"""Peer pre-training steps for bench/train_step.py: keras-hub in-process, Model Garden in a child.
+
+Both peers do the work of one bert_tf pre-training step on the same TFRecords and global batch
+(masked-LM over `masked_lm_positions` with tied embeddings, 2-way NSP, AdamW-type update with
+global-norm clipping at 1.0, dropout 0.1) and expose `run(calls) -> (wall, CPU) seconds` for
+`calls * iterations` steps after a warm-up call, so train_step.py can interleave their rounds.
+
+  keras-hub     `keras_hub.models.BertBackbone` + `keras_hub.layers.MaskedLMHead` (tied to
+                `backbone.token_embedding`) + Dense(2) NSP on `pooled_output`, compiled with
+                keras AdamW (global_clipnorm 1.0), `fit(steps_per_execution=iterations)`;
+                input: a plain tf.data pipeline (shuffle, batch, vectorised parse_example).
+  Model Garden  `BertPretrainerV2(networks.BertEncoder)` with MaskedLMTask's default NSP head
+                (ClsHead inner_dim = hidden, tanh) and its `train_step` (losses and metrics),
+                `official.modeling.optimization` AdamWeightDecay (global clipnorm 1.0,
+                warm-up + linear decay), the BertPretrainDataLoader, and an Orbit
+                `create_tf_while_loop_fn` loop in one tf.function (Model Garden's trainer loop).
+                Model Garden is tf_keras-based, so it runs in a child process
+                (`python bench/peers_train.py model_garden ...`) that answers "run N" on stdin
+                with seconds on stdout; tf.keras in this process stays Keras 3.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+SEQ, PRED = 128, 20
+_TAG = "@@peer "  # protocol lines of the Model Garden child (other stdout lines are ignored)
+
+
+def clock():
+    """(wall seconds, CPU seconds of this process, all threads): CPU time is what a step costs
+    even when other jobs share the cores."""
+    return (time.perf_counter(), time.process_time())
+
+
+def since(start):
+    now = clock()
+    return (now[0] - start[0], now[1] - start[1])
+
+
+# ---- keras-hub (Keras 3, in-process) ---------------------------------------------------------
+
+class KerasHubFit:
+    """keras-hub BERT pre-training under compile/fit; `run(calls)` -> seconds for
+    calls * iterations steps (fit's set-up and first execution excluded)."""
+
+    def __init__(self, cfg, files, batch, iterations, jit=False, seed=1):
+        import keras
+        import keras_hub
+        import tensorflow as tf
+
+        keras.utils.set_random_seed(seed)
+        backbone = keras_hub.models.BertBackbone(
+            vocabulary_size=cfg.vocab_size, num_layers=cfg.num_hidden_layers,
+            num_heads=cfg.num_attention_heads, hidden_dim=cfg.hidden_size,
+            intermediate_dim=cfg.intermediate_size, dropout=cfg.hidden_dropout_prob,
+            max_sequence_length=cfg.max_position_embeddings, num_segments=cfg.type_vocab_size)
+        inputs = {"token_ids": keras.Input((SEQ,), dtype="int32", name="token_ids"),
+                  "segment_ids": keras.Input((SEQ,), dtype="int32", name="segment_ids"),
+                  "padding_mask": keras.Input((SEQ,), dtype="int32", name="padding_mask"),
+                  "mask_positions": keras.Input((PRED,), dtype="int32", name="mask_positions")}
+        out = backbone({k: inputs[k] for k in ("token_ids", "segment_ids", "padding_mask")})
+        mlm = keras_hub.layers.MaskedLMHead(
+            vocabulary_size=cfg.vocab_size, token_embedding=backbone.token_embedding,
+            intermediate_activation="gelu", name="mlm")(out["sequence_output"],
+                                                         inputs["mask_positions"])
+        nsp = keras.layers.Dense(2, name="nsp")(out["pooled_output"])
+        self.model = keras.Model(inputs, {"mlm": mlm, "nsp": nsp})
+        self.model.compile(
+            optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6,
+                                             global_clipnorm=1.0),
+            loss={"mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  "nsp": keras.losses.SparseCategoricalCrossentropy(from_logits=True)},
+            steps_per_execution=iterations, jit_compile=bool(jit))
+        spec = {k: tf.io.FixedLenFeature([SEQ], tf.int64)
+                for k in ("input_ids", "input_mask", "segment_ids")}
+        spec.update({k: tf.io.FixedLenFeature([PRED], tf.int64)
+                     for k in ("masked_lm_positions", "masked_lm_ids")})
+        spec["masked_lm_weights"] = tf.io.FixedLenFeature([PRED], tf.float32)
+        spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
+
+        def to_fit(records):
+            f = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v
+                 for k, v in tf.io.parse_example(records, spec).items()}
+            x = {"token_ids": f["input_ids"], "segment_ids": f["segment_ids"],
+                 "padding_mask": f["input_mask"], "mask_positions": f["masked_lm_positions"]}
+            y = {"mlm": f["masked_lm_ids"], "nsp": f["next_sentence_labels"][:, 0]}
+            w = {"mlm": f["masked_lm_weights"], "nsp": tf.ones([tf.shape(records)[0]])}
+            return x, y, w
+
+        self.ds = (tf.data.Dataset.list_files(files, shuffle=True, seed=seed)
+                   .interleave(tf.data.TFRecordDataset, num_parallel_calls=tf.data.AUTOTUNE)
+                   .shuffle(1000, seed=seed).repeat().batch(batch, drop_remainder=True)
+                   .map(to_fit, num_parallel_calls=tf.data.AUTOTUNE)
+                   .prefetch(tf.data.AUTOTUNE))
+        self.iterations = iterations
+        self.params = self.model.count_params()
+        self.run(1)  # trace + warm up
+
+    def run(self, calls):
+        import keras
+        import numpy as np
+
+        times = []
+        callback = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: times.append(clock()))
+        hist = self.model.fit(self.ds, epochs=1, steps_per_epoch=(calls + 1) * self.iterations,
+                              verbose=0, callbacks=[callback])
+        assert np.isfinite(hist.history["loss"][-1])
+        return times[-1][0] - times[0][0], times[-1][1] - times[0][1]
+
+
+# ---- Model Garden (tf_keras, child process) --------------------------------------------------
+
+class ModelGarden:
+    """Parent side: starts the child, `run(calls)` -> the child's seconds; `close()`."""
+
+    def __init__(self, config_file, files, batch, iterations, jit=False, seed=1):
+        cmd = [sys.executable, os.path.abspath(__file__), "model_garden", "--config", config_file,
+               "--files", files, "--batch", str(batch), "--iterations", str(iterations),
+               "--seed", str(seed)] + (["--jit"] if jit else [])
+        env = dict(os.environ)
+        env.pop("TF_USE_LEGACY_KERAS", None)  # tf_keras is imported explicitly
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env)
+        self.params = int(self._reply()["params"])  # after the child's warm-up call
+
+    def _reply(self):
+        for line in self.proc.stdout:
+            if line.startswith(_TAG):
+                return json.loads(line[len(_TAG):])
+        raise RuntimeError(f"Model Garden child exited ({self.proc.wait()}); see stderr above")
+
+    def run(self, calls):
+        self.proc.stdin.write(f"{calls}\n")
+        self.proc.stdin.flush()
+        reply = self._reply()
+        return (reply["seconds"], reply["cpu_seconds"])
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+
+def _model_garden_child(args):
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+    from official.modeling import optimization, tf_utils
+    from official.nlp.configs import bert as bert_cfg
+    from official.nlp.data import pretrain_dataloader
+    from official.nlp.modeling import layers, models, networks
+    from official.nlp.tasks import masked_lm
+    from orbit.utils import create_tf_while_loop_fn
+
+    with open(args.config) as f:
+        c = json.load(f)
+    tf.random.set_seed(args.seed)
+    encoder = networks.BertEncoder(
+        vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
+        num_layers=c["num_hidden_layers"], num_attention_heads=c["num_attention_heads"],
+        max_sequence_length=c["max_position_embeddings"], type_vocab_size=c["type_vocab_size"],
+        inner_dim=c["intermediate_size"],
+        inner_activation=tf_utils.get_activation(c["hidden_act"]),
+        output_dropout=c["hidden_dropout_prob"],
+        attention_dropout=c["attention_probs_dropout_prob"],
+        initializer=tf_keras.initializers.TruncatedNormal(stddev=c["initializer_range"]))
+    # MaskedLMTask's default NSP head (inner_dim = hidden, tanh, dropout 0.1).
+    head = layers.ClassificationHead(inner_dim=c["hidden_size"], num_classes=2,
+                                     dropout_rate=0.1, name="next_sentence")
+    model = models.BertPretrainerV2(
+        encoder_network=encoder, classification_heads=[head],
+        mlm_activation=tf_utils.get_activation(c["hidden_act"]),
+        mlm_initializer=tf_keras.initializers.TruncatedNormal(stddev=c["initializer_range"]))
+    data_cfg = pretrain_dataloader.BertPretrainDataConfig(
+        input_path=args.files, global_batch_size=args.batch, is_training=True, seq_length=SEQ,
+        max_predictions_per_seq=PRED, seed=args.seed)
+    task = masked_lm.MaskedLMTask(masked_lm.MaskedLMConfig(
+        train_data=data_cfg,
+        model=bert_cfg.PretrainerConfig(cls_heads=[bert_cfg.ClsHeadConfig(
+            inner_dim=c["hidden_size"], num_classes=2, dropout_rate=0.1,
+            name="next_sentence")])))
+    metrics = task.build_metrics()
+    opt_cfg = optimization.OptimizationConfig({
+        "optimizer": {"type": "adamw", "adamw": {
+            "weight_decay_rate": 0.01, "epsilon": 1e-6, "global_clipnorm": 1.0,
+            "exclude_from_weight_decay": ["LayerNorm", "layer_norm", "bias"]}},
+        "learning_rate": {"type": "polynomial", "polynomial": {
+            "initial_learning_rate": 1e-4, "decay_steps": 10**6, "end_learning_rate": 0.0}},
+        "warmup": {"type": "polynomial", "polynomial": {"warmup_steps": 100}}})
+    factory = optimization.OptimizerFactory(opt_cfg)
+    optimizer = factory.build_optimizer(factory.build_learning_rate())
+    strategy = tf.distribute.get_strategy()
+    iterator = iter(pretrain_dataloader.BertPretrainDataLoader(data_cfg).load())
+    train_loss = tf_keras.metrics.Mean("training_loss")
+
+    def replica_step(inputs):
+        logs = task.train_step(inputs, model, optimizer, metrics)
+        train_loss.update_state(logs[task.loss])
+
+    replica_fn = tf.function(replica_step, jit_compile=True) if args.jit else replica_step
+
+    def step_fn(iterator):  # Model Garden's base_trainer.Trainer.train_step
+        strategy.run(replica_fn, args=(next(iterator),))
+
+    loop = tf.function(create_tf_while_loop_fn(step_fn))
+
+    def run(calls):
+        start = clock()
+        for _ in range(calls):
+            loop(iterator, tf.constant(args.iterations, tf.int32))
+            loss = float(train_loss.result())  # the trainer's train_loop_end
+        assert np.isfinite(loss)
+        return since(start)
+
+    run(1)  # trace + warm up
+    print(_TAG + json.dumps({"params": model.count_params()}), flush=True)
+    for line in sys.stdin:
+        if line.strip():
+            wall, cpu = run(int(line))
+            print(_TAG + json.dumps({"seconds": wall, "cpu_seconds": cpu}), flush=True)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("peer", choices=["model_garden"])
+    ap.add_argument("--config", required=True, help="bert_config.json")
+    ap.add_argument("--files", required=True, help="TFRecord glob")
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--iterations", type=int, required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--jit", action="store_true")
+    _model_garden_child(ap.parse_args())
