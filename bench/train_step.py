@@ -74,15 +74,10 @@ class BertTf:
         kw = dict(max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=args.batch,
                   learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100,
                   iterations_per_loop=args.iterations, save_checkpoints_steps=10**6, seed=1,
-                  jit_compile=args.jit)
-        if hasattr(pretraining, "make_trainer"):  # the generic bert_tf.training.trainer
-            options = pretraining.PretrainingOptions(output_dir=out, **kw)
-            self.runner = pretraining.make_trainer(cfg, options, get_strategy("one_device"))
-            dataset = self.runner.distribute(self.runner.task.dataset_fn(files, True), True)
-        else:
-            self.runner = pretraining.PretrainingRunner(
-                cfg, out, pretraining.PretrainingOptions(**kw), get_strategy("one_device"))
-            dataset = self.runner._dataset(files, is_training=True)
+                  jit_compile=args.jit, mixed_precision=args.mixed_precision)
+        options = pretraining.PretrainingOptions(output_dir=out, progress=False, **kw)
+        self.runner = pretraining.make_trainer(cfg, options, get_strategy("one_device"))
+        dataset = self.runner.distribute(self.runner.task.dataset_fn(files, True), True)
         self.iterator = iter(dataset)
         self.iterations = args.iterations
         self.params = self.runner.model.count_params()
@@ -106,8 +101,7 @@ class KerasFit:
     steps_per_execution steps, from the end of fit's first execution (fit's set-up excluded)."""
 
     def __init__(self, cfg, files, args):
-        make = getattr(BertPretrainer, "from_bert_config", BertPretrainer)  # either API
-        self.model = build_model(make(cfg))
+        self.model = build_model(BertPretrainer.from_bert_config(cfg))
         self.model.compile(
             optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01, epsilon=1e-6,
                                              global_clipnorm=1.0),

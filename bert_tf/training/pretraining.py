@@ -12,6 +12,7 @@ from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.models import BertPretrainer, build_model
 from bert_tf.training.input_pipeline import list_files, pretraining_dataset
+from bert_tf.training.losses import sparse_softmax_cross_entropy
 from bert_tf.training.options import PretrainingOptions  # noqa: F401  (API)
 from bert_tf.training.task import Task
 from bert_tf.training.trainer import Trainer
@@ -37,7 +38,7 @@ def pretraining_losses(outputs, batch, mlm_weight_total, global_batch_size):
     logits = tf.cast(outputs["mlm_logits"], tf.float32)
     labels = batch["masked_lm_ids"]
     weights = tf.cast(batch["masked_lm_weights"], tf.float32)
-    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    ce = sparse_softmax_cross_entropy(labels, logits)
     mlm_sum = tf.reduce_sum(weights * ce)
     nsp_logits = tf.cast(outputs["nsp_logits"], tf.float32)
     nsp_labels = batch["next_sentence_labels"]
