@@ -10,6 +10,7 @@ INSTALL_REQUIRES = [
     "tqdm==4.70.1",
     "safetensors==0.8.0",
     "numpy==2.4.6",
+    "google-crc32c==1.9.0",  # TFRecord framing of create_pretraining_data (no TF import)
 ]
 
 EXTRAS = {
@@ -19,7 +20,7 @@ EXTRAS = {
     # installs it with --no-deps after the rest (constraints-peers.txt).
     "peers": ["keras-hub==0.32.0", "tokenizers==0.23.3", "tensorflow-hub==0.16.1",
               "tf_keras==2.20.1", "kagglehub==1.0.2", "kagglesdk==0.1.28"],
-    "beam": ["apache-beam==2.77.0", "google-crc32c==1.9.0"],
+    "beam": ["apache-beam==2.77.0"],
 }
 
 setup(

@@ -190,7 +190,7 @@ def main():
           f"max_seq_length: 128  workdir: {workdir}")
     if not has_garden and not args.skip_garden:
         print("tf-models-official (official.nlp.data.create_pretraining_data): not installed "
-              "(pip install -c constraints.txt -e '.[peers]'); row skipped")
+              "(make peers); row skipped")
     if not has_beam:
         print("apache-beam: not installed (pip install -c constraints.txt -e '.[beam]'); "
               "Beam rows skipped")

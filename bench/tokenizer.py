@@ -4,7 +4,7 @@ Rows: our Python `FullTokenizer`; our in-graph `BertTextTokenizer` (TF Serving >
 tf.function over batches): `.tokenize` ([batch, words, pieces], the TF Hub shape) and
 `.tokenize_flat` ([batch, pieces], what packing uses and what FastBertTokenizer returns); peers:
 tf_text's `BertTokenizer` and `FastBertTokenizer` (not the original's behaviour on some text) and
-Hugging Face `tokenizers`' BertWordPieceTokenizer (batch encode) when installed (`[peers]` extra).
+Hugging Face `tokenizers`' BertWordPieceTokenizer (batch encode) when installed (`make peers`).
 tokens/s counts the reference's WordPiece tokens (FullTokenizer's) for every row, so rates are
 for the same work; "agree" is the share of lines whose ids equal the reference's. Rows take turns
 (interleaved repeats, best kept) and ratios are also given from process CPU time, which a loaded
@@ -136,7 +136,7 @@ def main():
     try:
         from tokenizers import BertWordPieceTokenizer
     except ImportError:
-        print("peer HF tokenizers: not installed (pip install -c constraints.txt -e '.[peers]')")
+        print("peer HF tokenizers: not installed (make peers)")
     else:
         hf = BertWordPieceTokenizer(vocab_file, lowercase=lower, strip_accents=lower,
                                     clean_text=True, handle_chinese_chars=True)

@@ -22,7 +22,7 @@ def _crc_fn():
         import google_crc32c
     except ImportError:  # pinned by the project; name the fix all the same
         raise BertError("writing TFRecords needs google-crc32c "
-                        "(pip install -c constraints.txt google-crc32c)") from None
+                        "(pip install -c constraints.txt google-crc32c==1.9.0)") from None
     return google_crc32c.value
 
 
