@@ -5,6 +5,7 @@ bad byte is reported with its file and line. Writes go to `<path>.tmp-<pid>` and
 place, so no half-written file ever carries the final name.
 """
 import os
+import re
 
 from bert_tf import BertError
 
@@ -50,3 +51,47 @@ def write_text_atomic(path, text, make_parent=False):
 def write_eval_results(path, results):
     """The original's eval_results.txt: `key = value` lines sorted by key, written atomically."""
     return write_text_atomic(path, "".join(f"{k} = {results[k]}\n" for k in sorted(results)))
+
+
+_REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def is_local(path):
+    """True for a local path, False for gs://... and other schemes (read through tf.io.gfile)."""
+    return not _REMOTE.match(path)
+
+
+def expand_globs(patterns, flag="--input_file"):
+    """Comma-separated globs (or a list of them) -> files: each glob's matches in
+    `tf.io.gfile.glob` order (as the original scripts), globs in the given order; folders
+    dropped. A local glob with wildcards in its last component only is expanded without
+    TensorFlow (same order: directory order, `*` matching dot files too).
+
+    Args:
+        patterns: "a*.txt,b.txt" or a list of globs (local paths or gs://... and other
+            schemes tf.io.gfile knows).
+        flag: the flag named in errors.
+
+    Raises:
+        BertError: no glob given, or a glob that matches no file (nearly always a typo).
+    """
+    import glob
+    if isinstance(patterns, str):
+        patterns = patterns.split(",")
+    patterns = [p.strip() for p in patterns or () if p and p.strip()]
+    if not patterns:
+        raise BertError(f"{flag}: no input given")
+    files = []
+    for pattern in patterns:
+        if is_local(pattern) and not glob.has_magic(os.path.dirname(pattern)):
+            matched = [m for m in glob.glob(pattern, include_hidden=True) if not os.path.isdir(m)]
+        else:
+            import tensorflow as tf
+            try:
+                matched = [m for m in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(m)]
+            except tf.errors.OpError as e:
+                raise BertError(f"{flag}: cannot list {pattern!r}: {e.message}") from None
+        if not matched:
+            raise BertError(f"{flag}: {pattern!r} matches no files")
+        files.extend(matched)
+    return files

@@ -59,7 +59,7 @@ def test_file_patterns(tmp_path):
     assert [p.rsplit("/", 1)[1] for p in got] == ["a-0.tfrecord", "a-1.tfrecord", "b.tfrecord"]
     with pytest.raises(BertError) as e:
         _ds(f"{tmp_path}/nothing-*.tfrecord")
-    assert str(e.value) == f"--input_file={tmp_path}/nothing-*.tfrecord: no file matches"
+    assert str(e.value) == f"--input_file: '{tmp_path}/nothing-*.tfrecord' matches no files"
 
 
 def _ids(batches):

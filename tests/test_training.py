@@ -269,7 +269,7 @@ def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, records):
         "no config flag": (common, "error: --bert_config_file: required"),
         "no input": ([f"--bert_config_file={config}", f"--input_file={tmp_path}/x-*.rec",
                       f"--output_dir={tmp_path / 'o2'}", "--do_train"],
-                     f"error: --input_file={tmp_path}/x-*.rec: no file matches"),
+                     f"error: --input_file: '{tmp_path}/x-*.rec' matches no files"),
         "indivisible batch": ([f"--bert_config_file={config}", "--strategy=mirrored",
                                "--train_batch_size=3"] + common[:3],
                               "error: --train_batch_size: 3 is not divisible by the 2 replicas"),

@@ -187,7 +187,7 @@ def test_errors(tmp_path):
     missing = str(tmp_path / "nope*.txt")
     with pytest.raises(bert_tf.BertError) as e:
         vocab_builder.learn_vocab(missing, str(tmp_path / "v.txt"))
-    assert str(e.value) == f"--input_file: no file matches {missing!r}"
+    assert str(e.value) == f"--input_file: {missing!r} matches no files"
     with pytest.raises(bert_tf.BertError, match=r"^--vocab_size: 3 is smaller than the 5 reserved"):
         vocab_builder.learn_vocab(CORPUS, str(tmp_path / "v.txt"), vocab_size=3)
     assert not os.path.exists(tmp_path / "v.txt")
@@ -213,7 +213,7 @@ def test_cli_in_process(tmp_path, capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["--output", "OUT"], "error: --input_file: required"),
-    (["--input", "MISSING", "--output", "OUT"], "error: --input_file: no file matches 'MISSING'"),
+    (["--input", "MISSING", "--output", "OUT"], "error: --input_file: 'MISSING' matches no files"),
     (["--input", "EMPTY", "--output", "OUT"], "error: --input_file: no text in EMPTY"),
     (["--input", "CORPUS", "--output", "OUT", "--vocab_size=abc"], "error: flag --vocab_size=abc"),
 ])
@@ -247,4 +247,4 @@ def test_module_entry_point(tmp_path, learned):
                          capture_output=True, text=True, cwd=str(tmp_path))
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1] == (
-        f"error: --input_file: no file matches {str(tmp_path / 'none.txt')!r}")
+        f"error: --input_file: {str(tmp_path / 'none.txt')!r} matches no files")

@@ -10,13 +10,9 @@ workers stay light); other schemes (gs://, ...) go through `tf.io.gfile`.
 import gzip
 import re
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 
-_REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-
-
-def is_local(path):
-    return not _REMOTE.match(path)
+is_local = fileio.is_local
 
 
 def is_gzip(path):
@@ -24,44 +20,9 @@ def is_gzip(path):
 
 
 def expand_input_patterns(input_file):
-    """Comma-separated globs -> files, each glob in `tf.io.gfile.glob` order (as the original).
-
-    A local glob with wildcards in its last component only is expanded without TensorFlow,
-    in the order tf.io.gfile.glob gives (directory order; `*` also matches dot files;
-    folders dropped). Unlike the original, a glob matching nothing is an error (it is nearly
-    always a typo).
-    """
-    patterns = [p.strip() for p in (input_file or "").split(",") if p.strip()]
-    if not patterns:
-        raise BertError("--input_file: no input given")
-    files = []
-    for pattern in patterns:
-        matched = _glob_local(pattern) if _simple_local(pattern) else _glob_remote(pattern)
-        if not matched:
-            raise BertError(f"--input_file: {pattern!r} matches no files")
-        files.extend(matched)
-    return files
-
-
-def _simple_local(pattern):
-    import glob
-    import os
-    return is_local(pattern) and not glob.has_magic(os.path.dirname(pattern))
-
-
-def _glob_local(pattern):
-    import glob
-    import os
-    return [m for m in glob.glob(pattern, include_hidden=True) if not os.path.isdir(m)]
-
-
-def _glob_remote(pattern):
-    import tensorflow as tf
-    try:
-        matched = tf.io.gfile.glob(pattern)
-    except tf.errors.OpError as e:
-        raise BertError(f"--input_file: cannot list {pattern!r}: {e.message}") from None
-    return [m for m in matched if not tf.io.gfile.isdir(m)]
+    """Comma-separated globs -> files, each glob in `tf.io.gfile.glob` order (as the original);
+    see `fileio.expand_globs`. Unlike the original, a glob matching nothing is an error."""
+    return fileio.expand_globs(input_file)
 
 
 def file_size(path):

@@ -25,19 +25,9 @@ _PREFIX = "##"
 
 
 def expand_input_files(input_files):
-    """Comma-separated globs (or a list of them) -> sorted file list per glob, in given order."""
-    import tensorflow as tf
-    if isinstance(input_files, str):
-        input_files = [p for p in input_files.split(",") if p.strip()]
-    files = []
-    for pattern in input_files:
-        matched = sorted(tf.io.gfile.glob(pattern.strip()))
-        if not matched:
-            raise BertError(f"--input_file: no file matches {pattern!r}")
-        files.extend(m for m in matched if m not in files)
-    if not files:
-        raise BertError("--input_file: no input files given")
-    return files
+    """Comma-separated globs (or a list of them) -> files (see `fileio.expand_globs`), each
+    file once: a file two globs match must not be counted twice."""
+    return list(dict.fromkeys(fileio.expand_globs(input_files)))
 
 
 # What the original splits words on once cleaning has run: \t \n \r, Zs, and U+2028/U+2029

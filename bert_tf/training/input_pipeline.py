@@ -34,7 +34,7 @@ import sys
 
 import tensorflow as tf
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 from bert_tf.training.preflight import (REGENERATE, check_pretraining_files, check_ranges,
                                         explain_data_error)  # noqa: F401 (re-exported)
 
@@ -59,15 +59,9 @@ def _feature_spec(max_seq_length, max_predictions_per_seq):
 
 
 def list_files(file_pattern, flag="--input_file"):
-    """Sorted files matching comma-separated globs; none -> BertError naming the flag value."""
-    patterns = [p.strip() for p in str(file_pattern or "").split(",") if p.strip()]
-    files = []
-    for pattern in patterns:
-        files.extend(tf.io.gfile.glob(pattern))
-    files = sorted(set(files))
-    if not files:
-        raise BertError(f"{flag}={file_pattern}: no file matches")
-    return files
+    """Sorted, de-duplicated files of comma-separated globs (`fileio.expand_globs`): every host
+    sees the same order, so each reads its own shard of the list."""
+    return sorted(set(fileio.expand_globs(file_pattern, flag)))
 
 
 def _to_model_inputs(parsed):
