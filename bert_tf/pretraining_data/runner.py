@@ -12,44 +12,8 @@ from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import original as original_lib
 from bert_tf.pretraining_data import streaming as streaming_lib
 from bert_tf.pretraining_data import writer as writer_lib
+from bert_tf.pretraining_data.options import MODES, Options  # noqa: F401  (API)
 from bert_tf.pretraining_data.stats import Stats, dumps
-
-MODES = ("original", "streaming", "beam")
-
-
-@dataclasses.dataclass
-class Options:
-    """Flags of create_pretraining_data.py (original names and defaults first)."""
-    input_file: str = ""
-    output_file: str = ""
-    vocab_file: str = ""
-    do_lower_case: bool = True
-    do_whole_word_mask: bool = False
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    random_seed: int = 12345
-    dupe_factor: int = 10
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    # New in this project.
-    mode: str = "original"
-    num_workers: int = 1
-    output_shards: int = 0
-    resume: bool = False
-    whole_word_mask_per_word: bool = False
-    learn_vocab_size: int = 0
-    tfds_dataset: str = ""
-    tfds_split: str = "train"
-    tfds_data_dir: str = ""
-    tfds_text_key: str = "text"
-    nsp_reservoir_size: int = 1000
-    shuffle_buffer_size: int = 10000
-    stats_file: str = ""
-    bert_config_file: str = ""
-    runner: str = ""        # mode beam: Beam runner (DirectRunner, DataflowRunner, ...)
-    beam_args: tuple = ()   # mode beam: pipeline options passed through to Beam
-    progress: bool = None  # None: a tqdm bar when stderr is a terminal
-
 
 def warn(message):
     print(f"warning: {message}", file=sys.stderr)
