@@ -28,6 +28,20 @@ def read_text(path, missing="file not found"):
         raise BertError(f"{path}: line {line} is not valid UTF-8") from None
 
 
+
+def read_json(path, missing="file not found"):
+    """A JSON object from `path` (gs:// too); one-line BertError when missing, not UTF-8, not
+    valid JSON, or not an object."""
+    import json
+    try:
+        data = json.loads(read_text(path, missing))
+    except json.JSONDecodeError as e:
+        raise BertError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict):
+        raise BertError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def write_text_atomic(path, text, make_parent=False):
     """Writes text to path via a temp name + rename; returns path."""
     import tensorflow as tf

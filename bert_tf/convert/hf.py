@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 from bert_tf.convert import common
 from bert_tf.convert.tf1 import tf1_name_map
 from bert_tf.modeling import models as bm
@@ -164,15 +164,7 @@ def bert_config_from_hf(config_json_path):
     path = os.fspath(config_json_path)
     if tf.io.gfile.isdir(path):
         path = posixpath.join(path, "config.json")
-    if not tf.io.gfile.exists(path):
-        raise BertError(f"{path}: Hugging Face config.json not found")
-    try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            data = json.loads(f.read())
-    except json.JSONDecodeError as e:
-        raise BertError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(data, dict):
-        raise BertError(f"{path}: expected a JSON object")
+    data = fileio.read_json(path, "Hugging Face config.json not found")
     if data.get("model_type", "bert") != "bert":
         raise BertError(f"{path}: model_type {data['model_type']!r} is not 'bert'")
     if data.get("position_embedding_type", "absolute") != "absolute":

@@ -88,15 +88,8 @@ class BertConfig:
     @classmethod
     def from_json_file(cls, path):
         """A config from a `bert_config.json` file (gs:// paths work)."""
-        import tensorflow as tf  # gfile: gs:// paths work too
-        if not tf.io.gfile.exists(path):
-            raise BertError(f"{path}: bert_config file not found")
-        try:
-            with tf.io.gfile.GFile(path, "r") as f:
-                data = json.loads(f.read())
-        except json.JSONDecodeError as e:
-            raise BertError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-        return cls.from_dict(data, source=path)
+        from bert_tf import fileio
+        return cls.from_dict(fileio.read_json(path, "bert_config file not found"), source=path)
 
     def to_dict(self):
         """The 11 original fields as a dict."""
