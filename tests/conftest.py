@@ -94,3 +94,41 @@ def tiny_bert_config(dropout=0.0, vocab_size=64, **overrides):
 @pytest.fixture
 def tiny_config():
     return tiny_bert_config()
+
+
+# ---- run_pretraining.py in a child process ------------------------------------------------
+
+_RUN_PRETRAINING_DRIVER = (
+    "import sys, json\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "if sys.argv[3] == 'split':\n"
+    "    from bert_tf.training.distribute import split_cpu\n"
+    "    split_cpu(2)\n"
+    "import run_pretraining as rp\n"
+    "out = {}\n"
+    "for name, argv in json.loads(sys.argv[2]).items():\n"
+    "    rp.FLAGS.unparse_flags()\n"
+    "    rp.FLAGS(['run_pretraining.py'] + argv)\n"
+    "    try:\n"
+    "        rp.main([])\n"
+    "        out[name] = 'no error'\n"
+    "    except SystemExit as e:\n"
+    "        out[name] = e.code\n"
+    "print(json.dumps(out))\n")
+
+
+def run_pretraining_cases(cases, cwd, split_cpus=False):
+    """Runs run_pretraining.py's main once per {name: argv} in ONE child process (TF starts
+    once); returns ({name: "no error" or the SystemExit code, e.g. "error: ..."}, stdout)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run([sys.executable, "-c", _RUN_PRETRAINING_DRIVER, repo, json.dumps(cases),
+                          "split" if split_cpus else "one"],
+                         capture_output=True, text=True, cwd=cwd, timeout=300,
+                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(res.stdout.strip().splitlines()[-1]), res.stdout
+

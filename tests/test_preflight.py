@@ -8,7 +8,7 @@ import tensorflow as tf
 from bert_tf import BertError
 from bert_tf.training.preflight import (check_file, check_pretraining_files,
                                         ends_with_whole_record, masked_crc32c, sample_files)
-from conftest import write_pretraining_records
+from conftest import run_pretraining_cases, write_pretraining_records
 
 SEQ, PRED, VOCAB = 32, 5, 64
 REGEN = "regenerate the data with create_pretraining_data.py"
@@ -267,12 +267,7 @@ def test_sample_of_many_files_is_even_and_deterministic(tmp_path):
 
 def test_run_pretraining_reports_each_mistake_in_one_line_and_writes_nothing(tmp_path):
     """The issue's table, through run_pretraining.py (one interpreter runs every case)."""
-    import json
-    import os
-    import subprocess
-    import sys
     from conftest import tiny_bert_config
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     config = tmp_path / "bert_config.json"
     tiny_bert_config(vocab_size=VOCAB).to_json_file(str(config))
     d = tmp_path / "data"
@@ -307,25 +302,7 @@ def test_run_pretraining_reports_each_mistake_in_one_line_and_writes_nothing(tmp
                       "--max_predictions_per_seq=5", "--train_batch_size=4",
                       "--eval_batch_size=4", "--num_train_steps=2", "--num_warmup_steps=1",
                       "--do_train" if name != "pred" else "--do_eval"]
-    driver = (
-        "import sys, json\n"
-        "sys.path.insert(0, sys.argv[1])\n"
-        "import run_pretraining as rp\n"
-        "out = {}\n"
-        "for name, argv in json.loads(sys.argv[2]).items():\n"
-        "    rp.FLAGS.unparse_flags()\n"
-        "    rp.FLAGS(['run_pretraining.py'] + argv)\n"
-        "    try:\n"
-        "        rp.main([])\n"
-        "        out[name] = 'no error'\n"
-        "    except SystemExit as e:\n"
-        "        out[name] = e.code\n"
-        "print(json.dumps(out))\n")
-    res = subprocess.run([sys.executable, "-c", driver, repo, json.dumps(argv)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
-    assert res.returncode == 0, res.stderr[-2000:]
-    got = json.loads(res.stdout.strip().splitlines()[-1])
+    got, _ = run_pretraining_cases(argv, tmp_path)
     for name, (_, want) in cases.items():
         assert got[name] == f"error: {want}", name
         out = tmp_path / name

@@ -15,7 +15,7 @@ from bert_tf.training.distribute import get_strategy, set_mixed_precision
 from bert_tf.modeling.models import BertPretrainer, build_model
 from bert_tf.training.pretraining import (EVAL_KEYS, PretrainingOptions, make_trainer,
                                           run_pretraining, summarize)
-from conftest import TWO_CPUS, tiny_bert_config
+from conftest import TWO_CPUS, run_pretraining_cases, tiny_bert_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -290,29 +290,8 @@ def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, records):
                               f"error: --output_dir={tmp_path / 'o4'}: no checkpoint to export "
                               "(and no --init_checkpoint)"),
     }
-    driver = (
-        "import sys, json\n"
-        "sys.path.insert(0, sys.argv[1])\n"
-        "from bert_tf.training.distribute import split_cpu\n"
-        "split_cpu(2)\n"
-        "import run_pretraining as rp\n"
-        "out = {}\n"
-        "for name, argv in json.loads(sys.argv[2]).items():\n"
-        "    rp.FLAGS.unparse_flags()\n"
-        "    rp.FLAGS(['run_pretraining.py'] + argv)\n"
-        "    try:\n"
-        "        rp.main([])\n"
-        "        out[name] = 'no error'\n"
-        "    except SystemExit as e:\n"
-        "        out[name] = e.code\n"
-        "print(json.dumps(out))\n")
-    import json
-    res = subprocess.run([sys.executable, "-c", driver, REPO,
-                          json.dumps({k: v[0] for k, v in cases.items()})],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
-    assert res.returncode == 0, res.stderr[-2000:]
-    got = json.loads(res.stdout.strip().splitlines()[-1])
+    got, stdout = run_pretraining_cases({k: v[0] for k, v in cases.items()}, tmp_path,
+                                        split_cpus=True)
     for name, (_, want) in cases.items():
         assert got[name] == want, name
     lines = (tmp_path / "out" / "eval_results.txt").read_text().splitlines()
@@ -323,7 +302,7 @@ def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, records):
     outputs = [tf.saved_model.load(str(d)).signatures["serving_default"](**ids)["pooled_output"]
                for d in (tmp_path / "out" / "export", tmp_path / "exported")]
     np.testing.assert_array_equal(outputs[0].numpy(), outputs[1].numpy())
-    assert "masked_lm_accuracy = " in res.stdout
+    assert "masked_lm_accuracy = " in stdout
     # The real entry point: one line on stderr, exit status 1.
     bad = _cli([f"--bert_config_file={tmp_path / 'nope.json'}"] + common, tmp_path)
     assert bad.returncode == 1
