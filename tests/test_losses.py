@@ -44,3 +44,28 @@ def test_large_logits_stay_finite():
 def test_out_of_range_label_fails():
     with pytest.raises(tf.errors.InvalidArgumentError):
         sparse_softmax_cross_entropy(tf.constant([3]), tf.zeros([1, 3]))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_hits_are_argmax_matches_and_carry_no_gradient(jit):
+    rng = np.random.default_rng(1)
+    logits = tf.constant(rng.normal(0, 3, (4, 6, 50)).astype(np.float32))
+    labels = rng.integers(0, 50, (4, 6)).astype(np.int32)
+    labels[:2] = np.argmax(logits.numpy(), -1)[:2]  # some hits, some misses
+    labels = tf.constant(labels)
+    expected = (np.argmax(logits.numpy(), -1) == labels.numpy()).astype(np.float32)
+
+    @tf.function(jit_compile=jit)
+    def run(lg):
+        with tf.GradientTape() as tape:
+            tape.watch(lg)
+            loss, hits = sparse_softmax_cross_entropy(labels, lg, with_hits=True)
+            total = tf.reduce_sum(loss) + tf.reduce_sum(hits)
+        return loss, hits, tape.gradient(total, lg)
+
+    loss, hits, grad = run(logits)
+    np.testing.assert_array_equal(hits, expected)
+    assert 0 < expected.sum() < expected.size
+    np.testing.assert_allclose(loss, _reference(labels, logits), rtol=1e-6, atol=1e-6)
+    _, ref_grad = _loss_and_grad(_reference, labels, logits, tf.ones((4, 6)))
+    np.testing.assert_allclose(grad, ref_grad, atol=1e-6)

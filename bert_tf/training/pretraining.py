@@ -38,7 +38,7 @@ def pretraining_losses(outputs, batch, mlm_weight_total, global_batch_size):
     logits = tf.cast(outputs["mlm_logits"], tf.float32)
     labels = batch["masked_lm_ids"]
     weights = tf.cast(batch["masked_lm_weights"], tf.float32)
-    ce = sparse_softmax_cross_entropy(labels, logits)
+    ce, mlm_hit = sparse_softmax_cross_entropy(labels, logits, with_hits=True)
     mlm_sum = tf.reduce_sum(weights * ce)
     nsp_logits = tf.cast(outputs["nsp_logits"], tf.float32)
     nsp_labels = batch["next_sentence_labels"]
@@ -46,7 +46,6 @@ def pretraining_losses(outputs, batch, mlm_weight_total, global_batch_size):
     nsp_sum = tf.reduce_sum(nsp_ce)
     loss = mlm_sum / (tf.cast(mlm_weight_total, tf.float32) + 1e-5) \
         + nsp_sum / tf.cast(global_batch_size, tf.float32)
-    mlm_hit = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
     nsp_hit = tf.cast(tf.equal(tf.argmax(nsp_logits, -1, output_type=tf.int32), nsp_labels),
                       tf.float32)
     stats = {"loss": loss, "mlm_loss_sum": mlm_sum, "mlm_weight": tf.reduce_sum(weights),
