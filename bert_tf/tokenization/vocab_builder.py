@@ -12,9 +12,7 @@ until the budget is spent or no pair occurs `min_frequency` times. Deterministic
 """
 import collections
 import heapq
-import re
 import sys
-import unicodedata
 
 import bert_tf  # noqa: F401
 from bert_tf import BertError, fileio
@@ -30,16 +28,6 @@ def expand_input_files(input_files):
     return list(dict.fromkeys(fileio.expand_globs(input_files)))
 
 
-# What the original splits words on once cleaning has run: \t \n \r, Zs, and U+2028/U+2029
-# (str.split()). Other str.split() separators (\x1c-\x1f, \x0b, \x0c, U+0085) are control
-# characters that cleaning deletes, joining their neighbours, so they must not split here.
-_SEPARATORS = re.compile(
-    "[" + "".join(re.escape(chr(cp)) for cp in range(0x110000)
-                  if not 0xD800 <= cp <= 0xDFFF and (
-                      unicodedata.category(chr(cp)) in ("Zs", "Zl", "Zp")
-                      or chr(cp) in " \t\n\r")) + "]+")
-
-
 def count_words(files, do_lower_case=True):
     """Counter of BasicTokenizer words over all lines of the files.
 
@@ -48,10 +36,11 @@ def count_words(files, do_lower_case=True):
     """
     import tensorflow as tf
     chunks = collections.Counter()
+    separators = tokenization.word_separators()
     for path in files:
         with tf.io.gfile.GFile(path, "rb") as f:
             for line in f:
-                chunks.update(_SEPARATORS.split(line.decode("utf-8", "ignore")))
+                chunks.update(separators.split(line.decode("utf-8", "ignore")))
     basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
     counts = collections.Counter()
     for chunk, n in chunks.items():
