@@ -11,11 +11,17 @@ from bert_tf import BertError
 
 
 def tmp_name(path):
+    """The temp name a write to `path` goes through; the pid keeps concurrent writers apart."""
     return f"{path}.tmp-{os.getpid()}"
 
 
 def read_text(path, missing="file not found"):
-    """The whole file as str; BertError naming the file (and line) when missing or not UTF-8."""
+    """The whole file as str; BertError naming the file (and line) when missing or not UTF-8.
+
+    Args:
+        path: local or gs://... file.
+        missing: the error message when the file does not exist (e.g. which flag to fix).
+    """
     import tensorflow as tf
     if not tf.io.gfile.exists(path):
         raise BertError(f"{path}: {missing}")
@@ -31,7 +37,15 @@ def read_text(path, missing="file not found"):
 
 def read_json(path, missing="file not found"):
     """A JSON object from `path` (gs:// too); one-line BertError when missing, not UTF-8, not
-    valid JSON, or not an object."""
+    valid JSON, or not an object.
+
+    Args:
+        path: local or gs://... file.
+        missing: the error message when the file does not exist.
+
+    Returns:
+        The parsed dict.
+    """
     import json
     try:
         data = json.loads(read_text(path, missing))
@@ -43,7 +57,19 @@ def read_json(path, missing="file not found"):
 
 
 def write_text_atomic(path, text, make_parent=False):
-    """Writes text to path via a temp name + rename; returns path."""
+    """Writes text to path via a temp name + rename, so readers never see a partial file.
+
+    Args:
+        path: local or gs://... destination; replaced if it exists.
+        text: str to write.
+        make_parent: create the parent folder first if missing.
+
+    Returns:
+        `path`.
+
+    Raises:
+        BertError: the write or rename failed.
+    """
     import tensorflow as tf
     parent = os.path.dirname(path)
     if make_parent and parent and not tf.io.gfile.exists(parent):
@@ -63,7 +89,15 @@ def write_text_atomic(path, text, make_parent=False):
 
 
 def write_eval_results(path, results):
-    """The original's eval_results.txt: `key = value` lines sorted by key, written atomically."""
+    """The original's eval_results.txt: `key = value` lines sorted by key, written atomically.
+
+    Args:
+        path: destination file.
+        results: dict of metric name -> value.
+
+    Returns:
+        `path`.
+    """
     return write_text_atomic(path, "".join(f"{k} = {results[k]}\n" for k in sorted(results)))
 
 

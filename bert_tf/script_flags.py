@@ -107,6 +107,14 @@ def main_for(run, options_cls, report=None):
     """An absl main: flags -> options_cls -> run(options) -> report(result).
 
     A BertError (from run) exits with one `error: ...` line and status 1.
+
+    Args:
+        run: callable taking the options instance; the script's work.
+        options_cls: the options dataclass built from the parsed flags.
+        report: optional callable given run's result (e.g. to print it).
+
+    Returns:
+        `main(argv)` for `absl.app.run`.
     """
     def main(argv):
         if len(argv) > 1:
@@ -122,7 +130,13 @@ def main_for(run, options_cls, report=None):
 
 
 def run_script(run, options_cls, report=None):
-    """A script's `if __name__ == "__main__"` body: app.run(main_for(...))."""
+    """A script's `if __name__ == "__main__"` body: app.run(main_for(...)) at INFO verbosity.
+
+    Args:
+        run: callable taking the options instance.
+        options_cls: the options dataclass.
+        report: optional callable given run's result.
+    """
     from absl import app, logging
     logging.set_verbosity(logging.INFO)
     app.run(main_for(run, options_cls, report), flags_parser=parse_flags)
