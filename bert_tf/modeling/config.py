@@ -53,6 +53,11 @@ class BertConfig:
         self.validate(source)
 
     def validate(self, source="BertConfig"):
+        """Raises a one-line BertError for the first invalid field (run by `__init__`).
+
+        Args:
+            source: str, names the config in the error (e.g. its file).
+        """
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)
@@ -73,11 +78,17 @@ class BertConfig:
 
     @property
     def head_size(self):
+        """Width of one attention head, hidden_size // num_attention_heads."""
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
     def from_dict(cls, data, source="BertConfig"):
-        """A config from a `bert_config.json` dict (unknown keys are ignored)."""
+        """A config from a `bert_config.json` dict (unknown keys are ignored).
+
+        Args:
+            data: dict parsed from the JSON; must have `vocab_size`.
+            source: str, names the config in error messages.
+        """
         if not isinstance(data, dict):
             raise BertError(f"{source}: expected a JSON object, got {type(data).__name__}")
         if "vocab_size" not in data:
@@ -96,6 +107,7 @@ class BertConfig:
         return {k: copy.deepcopy(getattr(self, k)) for k in FIELDS}
 
     def to_json_string(self):
+        """The config as `bert_config.json` text (2-space indent, sorted keys, final newline)."""
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     def to_json_file(self, path):
