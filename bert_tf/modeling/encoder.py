@@ -105,7 +105,7 @@ class BertEncoder(keras.layers.Layer):
 
     @property
     def word_embeddings(self):
-        """The [vocab_size, H] word embedding table; the MLM head reuses it as its output weights."""
+        """The [vocab_size, H] word embedding table; the MLM head reuses it as output weights."""
         return self.embeddings.word_embeddings
 
     def call(self, inputs, training=None):
