@@ -123,6 +123,7 @@ def _define_flags():
 
 
 def main(argv):
+    """absl main: converts --source to --output; a BertError exits with one `error:` line."""
     del argv
     f = flags.FLAGS
     try:

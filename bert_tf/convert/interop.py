@@ -15,7 +15,18 @@ PEERS_HINT = ("pip install -c constraints.txt -c constraints-peers.txt {pkgs} "
 
 
 def require_peer(module, pkgs):
-    """Imports a peer package lazily; BertError with the install command if it is missing."""
+    """Imports a peer package lazily; BertError with the install command if it is missing.
+
+    Peers (torch, transformers, keras_hub...) are optional, so only the converter that needs
+    one imports it.
+
+    Args:
+        module: str, the module to import (e.g. "transformers").
+        pkgs: str, the pip package names put in the install hint.
+
+    Returns:
+        The imported module.
+    """
     import importlib
     try:
         return importlib.import_module(module)
@@ -60,6 +71,14 @@ def set_weights(model, weights, source="weights"):
 
     Raises BertError naming the first missing tensor or shape mismatch (nothing is assigned
     then). Tensors the model has no place for (e.g. heads of a bare encoder) are ignored.
+
+    Args:
+        model: a built bert_tf model (BertEncoder, BertPretrainer...).
+        weights: {TF1 name: array in the TF1 layout}, as `get_weights` returns.
+        source: str, names the weights in error messages.
+
+    Returns:
+        `model`.
     """
     plan = []
     for name, (var, transpose) in tf1_name_map(model).items():
@@ -79,7 +98,17 @@ def set_weights(model, weights, source="weights"):
 
 
 def config_from_weights(weights, num_attention_heads, hidden_act="gelu", source="weights"):
-    """BertConfig implied by TF1-named arrays (head count and activation are not in them)."""
+    """BertConfig implied by TF1-named arrays (head count and activation are not in them).
+
+    Args:
+        weights: {TF1 name: array}; needs the embedding tables and layer_0's FFN kernel.
+        num_attention_heads: int, from the source's own config.
+        hidden_act: str, from the source's own config.
+        source: str, names the weights in error messages.
+
+    Raises:
+        BertError: a required tensor is missing (not BERT encoder weights).
+    """
     try:
         vocab, hidden = weights["bert/embeddings/word_embeddings"].shape
         layers = 0
@@ -99,7 +128,15 @@ def config_from_weights(weights, num_attention_heads, hidden_act="gelu", source=
 
 
 def model_from_weights(bert_config, weights, source="weights"):
-    """A new bert_tf model (a BertPretrainer if MLM weights are present) holding `weights`."""
+    """A new bert_tf model (a BertPretrainer if MLM weights are present) holding `weights`.
+
+    With MLM but no NSP weights the NSP head keeps its fresh initialisation.
+
+    Args:
+        bert_config: a BertConfig matching the weights.
+        weights: {TF1 name: array in the TF1 layout}.
+        source: str, names the weights in error messages.
+    """
     heads = "cls/predictions/output_bias" in weights
     model = build_bert_model(bert_config, with_pretraining_heads=heads)
     if heads and "cls/seq_relationship/output_weights" not in weights:
