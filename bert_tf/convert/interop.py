@@ -17,11 +17,11 @@ PEERS_HINT = ("pip install -c constraints.txt -c constraints-peers.txt {pkgs} "
 def require_peer(module, pkgs):
     """Imports a peer package lazily; BertError with the install command if it is missing.
 
-    Peers (torch, transformers, keras_hub...) are optional, so only the converter that needs
+    Peers (keras_hub, tf-models-official...) are optional, so only the converter that needs
     one imports it.
 
     Args:
-        module: str, the module to import (e.g. "transformers").
+        module: str, the module to import (e.g. "keras_hub").
         pkgs: str, the pip package names put in the install hint.
 
     Returns:
