@@ -22,7 +22,7 @@ def require_peer(module, pkgs):
 
     Args:
         module: str, the module to import (e.g. "keras_hub").
-        pkgs: str, the pip package names put in the install hint.
+        pkgs: str, the pip requirement(s) put in the install hint.
 
     Returns:
         The imported module.
