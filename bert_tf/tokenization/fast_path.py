@@ -192,9 +192,16 @@ class FastPath:
         return self.normalizer.normalize(x)
 
     def words(self, text, by_word=True):
-        """Normalized text [n] -> (int64 RaggedTensor [n, words, pieces] ([n, pieces] unless
-        by_word), bool per piece: the piece is a word over MAX_WORD_BYTES, whose ids are not the
-        original's)."""
+        """WordPiece ids of normalized text, grouped by word.
+
+        Args:
+            text: string [n], already `normalize`d.
+            by_word: group pieces by word; False skips the regrouping.
+
+        Returns:
+            (int64 RaggedTensor [n, words, pieces] ([n, pieces] unless by_word), bool per
+            piece: the piece is a word over MAX_WORD_BYTES, whose ids are not the original's).
+        """
         ids, starts, ends = self.wordpiece.tokenize_with_offsets(text)
         too_long = ends.values - starts.values > MAX_WORD_BYTES
         if not by_word:

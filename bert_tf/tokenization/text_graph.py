@@ -90,6 +90,11 @@ class BertTextTokenizer(tf.Module):
     """In-graph equivalent of `tokenization.FullTokenizer(vocab_file, do_lower_case)`.
 
     `tokenize(strings)` -> int64 RaggedTensor [batch, words, pieces] (TF Hub convention).
+
+    Args:
+        vocab_file: vocab.txt; validated as FullTokenizer does.
+        do_lower_case: lower-case and strip accents (uncased checkpoints).
+        name: tf.Module name.
     """
 
     def __init__(self, vocab_file, do_lower_case=True, name=None):
@@ -276,16 +281,24 @@ def _gather_cols(dense, cols):
 def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
     """[CLS] a [SEP] (b [SEP]) packed to int32 [batch, seq_length] exactly like the original.
 
-    segments: list of 1 or 2 RaggedTensors [batch, (words), (pieces)] or [batch, (pieces)].
-    seq_length: a Python int (static output shape) or a scalar int32 tensor.
     Single segment: cut to seq_length - 2. Pair: cut to seq_length - 3 in total with the
     original's _truncate_seq_pair (pop from the end of the longer, ties pop from b).
     Empty b: the original's convert_single_example tests `if tokens_b:` (a list), so a b that
     tokenizes to nothing ("", " ", "\x00") gives [CLS] a [SEP] with the single-segment budget
     seq_length - 2 and no second [SEP]; so does this, per row. (TF Hub's bert_pack_inputs would
-    add an empty b's [SEP] instead.) Returns input_word_ids, input_mask, input_type_ids.
+    add an empty b's [SEP] instead.)
 
     Built from dense gathers/selects (no ragged masking): cheap to trace and serving-safe.
+
+    Args:
+        segments: list of 1 or 2 RaggedTensors [batch, (words), (pieces)] or [batch, (pieces)].
+        seq_length: a Python int (static output shape) or a scalar int32 tensor.
+        cls_id: int, id of [CLS].
+        sep_id: int, id of [SEP].
+        pad_id: int, id written after the packed tokens.
+
+    Returns:
+        Dict of input_word_ids, input_mask, input_type_ids.
     """
     if not 1 <= len(segments) <= 2:
         raise BertError(f"pack_inputs: expected 1 or 2 segments, got {len(segments)}")

@@ -33,6 +33,10 @@ def count_words(files, do_lower_case=True):
 
     Lines are first cut at separators (C-speed), then each distinct chunk is tokenized once:
     the same words as tokenizing every line, much faster on real text.
+
+    Args:
+        files: list of text files (local or gs://...); bad UTF-8 bytes are dropped.
+        do_lower_case: as BasicTokenizer's; must match the model the vocab is for.
     """
     import tensorflow as tf
     chunks = collections.Counter()
@@ -115,7 +119,17 @@ class _PairMerger:
 
 def learn_vocab_from_counts(word_counts, vocab_size, reserved_tokens=RESERVED_TOKENS,
                             min_frequency=2):
-    """The vocab (list, index = id) for a Counter of words."""
+    """The vocab (list, index = id) for a Counter of words.
+
+    Args:
+        word_counts: Counter of BasicTokenizer words (`count_words`).
+        vocab_size: int, most tokens in the vocab, reserved ones included.
+        reserved_tokens: tokens that take the first ids, in order (duplicates dropped).
+        min_frequency: stop merging once the best pair occurs fewer times than this.
+
+    Raises:
+        BertError: vocab_size is smaller than the reserved tokens.
+    """
     reserved = list(dict.fromkeys(reserved_tokens))
     if vocab_size < len(reserved):
         raise BertError(f"--vocab_size: {vocab_size} is smaller than the {len(reserved)} "
@@ -153,13 +167,30 @@ def learn_vocab_from_counts(word_counts, vocab_size, reserved_tokens=RESERVED_TO
 
 
 def write_vocab(tokens, output_file):
-    """One token a line, written to a temp name and renamed into place."""
+    """One token a line, written to a temp name and renamed into place.
+
+    Args:
+        tokens: the vocab, index = id.
+        output_file: vocab.txt to write (parent folders are created).
+    """
     fileio.write_text_atomic(output_file, "".join(t + "\n" for t in tokens), make_parent=True)
 
 
 def learn_vocab(input_files, output_file, vocab_size=8000, do_lower_case=True,
                 reserved_tokens=RESERVED_TOKENS, min_frequency=2):
-    """Learns a WordPiece vocab from text files and writes it to output_file; returns it."""
+    """Learns a WordPiece vocab from text files and writes it to output_file; returns it.
+
+    Args:
+        input_files: comma-separated globs or a list of them (see `expand_input_files`).
+        output_file: vocab.txt to write.
+        vocab_size: int, most tokens, reserved ones included.
+        do_lower_case: lower-case and strip accents (for an uncased model).
+        reserved_tokens: tokens that take the first ids.
+        min_frequency: stop merging pairs seen fewer times than this.
+
+    Returns:
+        The token list, index = id.
+    """
     files = expand_input_files(input_files)
     counts = count_words(files, do_lower_case=do_lower_case)
     if not counts:

@@ -26,6 +26,7 @@ _CJK_RANGES = (
 
 
 def convert_to_unicode(text):
+    """`text` as str: bytes are decoded as UTF-8, dropping invalid bytes as the original does."""
     if isinstance(text, str):
         return text
     if isinstance(text, bytes):
@@ -61,7 +62,15 @@ def _read_lines(vocab_file):
 
 
 def load_vocab(vocab_file, required=REQUIRED_TOKENS):
-    """Token -> id (id = line number). Later duplicates win, as in the original."""
+    """Token -> id (id = line number). Later duplicates win, as in the original.
+
+    Args:
+        vocab_file: vocab.txt, one token per line (local or gs://...).
+        required: tokens that must be present (BertError otherwise); () checks none.
+
+    Returns:
+        An OrderedDict of token -> id.
+    """
     vocab = collections.OrderedDict()
     for index, line in enumerate(_read_lines(vocab_file)):
         # Strip only ASCII whitespace: U+2028/U+0085 can be (part of) a real token.
@@ -80,6 +89,7 @@ def vocab_tokens(vocab_file):
 
 
 def whitespace_tokenize(text):
+    """Words of `text` split on any Unicode whitespace, as the original's helper."""
     # Python's str.split(): splits on every Unicode whitespace, U+2028 included (original does too).
     return text.split()
 
@@ -127,6 +137,7 @@ class BasicTokenizer:
         self.do_lower_case = do_lower_case
 
     def tokenize(self, text):
+        """Words and punctuation of `text` (str or UTF-8 bytes), before WordPiece."""
         text = self._clean_text(convert_to_unicode(text))
         text = self._space_cjk(text)
         split_tokens = []
@@ -178,7 +189,13 @@ class BasicTokenizer:
 
 
 class WordpieceTokenizer:
-    """Greedy longest-match-first WordPiece over whitespace-separated words."""
+    """Greedy longest-match-first WordPiece over whitespace-separated words.
+
+    Args:
+        vocab: token -> id (`load_vocab`); only membership is used.
+        unk_token: the piece for a word that cannot be matched.
+        max_input_chars_per_word: longer words become `unk_token` outright.
+    """
 
     def __init__(self, vocab, unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD):
         self.vocab = vocab
@@ -187,6 +204,7 @@ class WordpieceTokenizer:
         self._cache = {}
 
     def tokenize(self, text):
+        """WordPiece tokens of already basic-tokenized `text`; words are cached (bounded)."""
         output = []
         for word in whitespace_tokenize(convert_to_unicode(text)):
             pieces = self._cache.get(word)
@@ -218,7 +236,13 @@ class WordpieceTokenizer:
 
 
 class FullTokenizer:
-    """End-to-end tokenization: BasicTokenizer then WordpieceTokenizer."""
+    """End-to-end tokenization: BasicTokenizer then WordpieceTokenizer.
+
+    Args:
+        vocab_file: vocab.txt (local or gs://...).
+        do_lower_case: lower-case and strip accents (uncased checkpoints).
+        required: tokens the vocab must hold (see `load_vocab`).
+    """
 
     def __init__(self, vocab_file, do_lower_case=True, required=REQUIRED_TOKENS):
         self.vocab_file = vocab_file
@@ -229,16 +253,19 @@ class FullTokenizer:
         self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
 
     def tokenize(self, text):
+        """WordPiece tokens (str) of `text`, str or UTF-8 bytes."""
         return [piece for token in self.basic_tokenizer.tokenize(text)
                 for piece in self.wordpiece_tokenizer.tokenize(token)]
 
     def convert_tokens_to_ids(self, tokens):
+        """Ids of `tokens`; BertError for a token not in the vocab."""
         try:
             return [self.vocab[t] for t in tokens]
         except KeyError as e:
             raise BertError(f"{self.vocab_file}: token {e.args[0]!r} is not in the vocab") from None
 
     def convert_ids_to_tokens(self, ids):
+        """Tokens of `ids` (ints or numpy ints); BertError for an id outside the vocab."""
         try:
             return [self.inv_vocab[int(i)] for i in ids]
         except KeyError as e:
