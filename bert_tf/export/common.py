@@ -74,7 +74,12 @@ def tf_variables(model):
 
 
 def bert_config_of(model, what="model"):
-    """The BertConfig of `model`'s encoder; BertError naming `what` if it has none."""
+    """The BertConfig of `model`'s encoder; BertError naming `what` if it has none.
+
+    Args:
+        model: a BertEncoder, functional encoder model or bert_tf task model.
+        what: names the caller in the error (e.g. "export_encoder").
+    """
     return models.find_encoder(model, what).bert_config
 
 
@@ -85,6 +90,17 @@ def checked_ids(input_word_ids, input_mask, input_type_ids, vocab_size, type_voc
     TF Serving feeds tensors without Python-side checks, so the graph itself rejects wrong
     ranks, mismatched shapes and out-of-range ids with InvalidArgumentError (a gather with an
     out-of-range index would silently return zeros on GPU).
+
+    Args:
+        input_word_ids: int32 [B, S].
+        input_mask: int32 [B, S], same shape.
+        input_type_ids: int32 [B, S], same shape.
+        vocab_size: int, word ids must be below it.
+        type_vocab_size: int, type ids must be below it.
+        max_positions: int, longest S (max_position_embeddings).
+
+    Returns:
+        The three inputs as a dict, gated on the checks.
     """
     ids = tf.ensure_shape(input_word_ids, [None, None])
     mask = tf.ensure_shape(input_mask, [None, None])
@@ -124,8 +140,20 @@ def write_saved_model(module, export_dir, signatures, metadata, before_publish=N
                       replace=True):
     """tf.saved_model.save into a temp sibling dir, add metadata, then rename into place.
 
-    before_publish(tmp_dir) may add files (e.g. warm-up requests) before the rename. With
-    replace=True an existing export_dir is swapped out (renamed away, then deleted).
+    Readers (TF Serving polls the folder) never see a half-written export.
+
+    Args:
+        module: the tf.Module to save.
+        export_dir: final folder (local or gs://...).
+        signatures: dict of signature name -> tf.function, for `tf.saved_model.save`.
+        metadata: JSON-able dict written to `assets.extra/bert_tf_export.json`.
+        before_publish: optional callable(tmp_dir) that adds files (e.g. warm-up requests)
+            before the rename.
+        replace: swap out an existing export_dir (renamed away, then deleted); False raises
+            BertError instead.
+
+    Returns:
+        `export_dir` (without a trailing slash).
     """
     export_dir = export_dir.rstrip("/")
     if tf.io.gfile.exists(export_dir) and not replace:
@@ -164,6 +192,7 @@ def write_saved_model(module, export_dir, signatures, metadata, before_publish=N
 
 
 def read_metadata(export_dir):
+    """The dict `write_saved_model` stored in export_dir; BertError if it is not our export."""
     path = join(export_dir, EXTRA_DIR, METADATA_FILE)
     if not tf.io.gfile.exists(path):
         raise BertError(f"{export_dir}: not a bert_tf export (no {EXTRA_DIR}/{METADATA_FILE})")

@@ -24,6 +24,7 @@ class EncoderModule(tf.Module):
     Args:
         encoder_or_model: a BertEncoder, a functional encoder model or a bert_tf task model
             (only its encoder is exported).
+        name: tf.Module name.
     """
 
     # Plain attributes instead of tf.Module's computed properties, so they are saved.
@@ -57,6 +58,15 @@ class EncoderModule(tf.Module):
             self.__call__.get_concrete_function(common.ids_spec(), training=training)
 
     def encode(self, inputs, training=False):
+        """Checked ids -> the encoder's outputs in float32 (shared by both endpoints).
+
+        Args:
+            inputs: dict of the three int32 [B, S] id tensors.
+            training: Python bool, dropout on.
+
+        Returns:
+            Dict of pooled_output, sequence_output and encoder_outputs (a list).
+        """
         cfg = self._cfg
         inputs = common.checked_ids(inputs["input_word_ids"], inputs["input_mask"],
                                     inputs["input_type_ids"], cfg.vocab_size,
@@ -77,6 +87,15 @@ class EncoderModule(tf.Module):
 
     @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
     def serve_flat(self, input_word_ids, input_mask, input_type_ids):
+        """The `serving_default` signature: encoder_outputs stacked to [B, L, S, H].
+
+        Signature outputs must be flat tensors sharing the batch dimension.
+
+        Args:
+            input_word_ids: int32 [B, S].
+            input_mask: int32 [B, S].
+            input_type_ids: int32 [B, S].
+        """
         out = self.encode({"input_word_ids": input_word_ids, "input_mask": input_mask,
                            "input_type_ids": input_type_ids})
         return {"pooled_output": out["pooled_output"],
@@ -87,8 +106,10 @@ class EncoderModule(tf.Module):
 def export_encoder(encoder_or_model, export_dir):
     """Writes the encoder SavedModel to export_dir (atomically); returns export_dir.
 
-    encoder_or_model: a BertEncoder, a functional model from build_encoder_model, or any
-    bert_tf.modeling.models model (its `.encoder` is exported).
+    Args:
+        encoder_or_model: a BertEncoder, a functional model from build_encoder_model, or any
+            bert_tf.modeling.models model (its `.encoder` is exported).
+        export_dir: folder to write (replaced if it exists).
     """
     module = EncoderModule(encoder_or_model)
     metadata = {"format": common.FORMAT, "kind": "encoder",

@@ -68,7 +68,20 @@ def _labels_for(model, task, labels):
 
 
 class EndToEndModule(tf.Module):
-    """Tokenizer + packer + model + task post-processing, all in-graph."""
+    """Tokenizer + packer + model + task post-processing, all in-graph.
+
+    Args:
+        model: the task's model (see `export_end_to_end`).
+        vocab_file: WordPiece vocab; must not have more lines than the model's vocab_size.
+        do_lower_case: as the original's --do_lower_case.
+        task: one of `TASKS`.
+        seq_length: packed length, 3..max_position_embeddings.
+        labels: classification/tagging label strings (default "0".."n-1").
+        top_k: fill_mask: predictions per mask.
+        max_masks: fill_mask: masks answered per text.
+        max_answer_length: span: longest answer, in tokens.
+        name: tf.Module name.
+    """
 
     def __init__(self, model, vocab_file, do_lower_case, task="embeddings", seq_length=128,
                  labels=None, top_k=5, max_masks=8, max_answer_length=30, name="bert_end_to_end"):
@@ -116,14 +129,17 @@ class EndToEndModule(tf.Module):
 
     @property
     def seq_length(self):
+        """The packed length of the text signatures."""
         return self._seq_length
 
     @property
     def tokenizer(self):
+        """The in-graph BertTextTokenizer (special ids, vocab size)."""
         return self.preprocessing.tokenizer
 
     @property
     def labels(self):
+        """Label strings of classification/tagging, else None."""
         return self._labels.obj
 
     # -- text -> ids -------------------------------------------------------------------------
@@ -241,24 +257,40 @@ class EndToEndModule(tf.Module):
 
     @tf.function(input_signature=[TEXT_SPEC, TEXT_B_SPEC], autograph=False)
     def serve_pairs(self, text, text_b):
+        """The `serving_pairs` signature: task outputs for sentence pairs.
+
+        Args:
+            text: string [B], first segments (the question for `span`).
+            text_b: string [B], second segments (the context for `span`).
+        """
         return self._outputs_fn.obj(self._ids_fn.obj(text, text_b))
 
     @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
     def predict_ids(self, input_word_ids, input_mask, input_type_ids):
+        """The `predict_ids` signature: task outputs for pre-tokenized input (ids checked).
+
+        Args:
+            input_word_ids: int32 [B, S].
+            input_mask: int32 [B, S].
+            input_type_ids: int32 [B, S].
+        """
         return self._outputs_fn.obj({"input_word_ids": input_word_ids, "input_mask": input_mask,
                                      "input_type_ids": input_type_ids})
 
     @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def preprocess(self, text):
+        """The `preprocess` signature: the int32 encoder inputs serving_default feeds the model."""
         return self._ids_fn.obj(text)
 
     def signatures(self):
+        """Signature name -> tf.function, for `tf.saved_model.save`."""
         # tf.functions, not concrete functions: saving traces in its own context (the cache
         # key includes the save options), so tracing here first would trace everything twice.
         return {"serving_default": self.__call__, "serving_pairs": self.serve_pairs,
                 "predict_ids": self.predict_ids, "preprocess": self.preprocess}
 
     def metadata(self):
+        """bert_tf_export.json contents: task settings plus how to rebuild the model."""
         tok = self.tokenizer
         meta = {"format": common.FORMAT, "kind": "end_to_end", "task": self.task,
                 "seq_length": self._seq_length, "do_lower_case": tok.do_lower_case,
@@ -275,10 +307,21 @@ def export_end_to_end(model, vocab_file, do_lower_case, export_dir, task="embedd
                       seq_length=128, labels=None, top_k=5, max_masks=8, max_answer_length=30):
     """Writes the end-to-end SavedModel to export_dir (atomically); returns export_dir.
 
-    model: task "embeddings" takes any BertEncoder / encoder model / bert_tf.modeling.models model;
-    "fill_mask" a BertPretrainer; "classification" a BertClassifier (labels: one string per
-    class, default "0".."C-1"); "regression" a BertClassifier with num_classes=1; "span" a
-    BertSpanLabeler; "tagging" a BertTokenClassifier (labels: one per tag).
+    Args:
+        model: task "embeddings" takes any BertEncoder / encoder model /
+            bert_tf.modeling.models model; "fill_mask" a BertPretrainer; "classification" a
+            BertClassifier; "regression" a BertClassifier with num_classes=1; "span" a
+            BertSpanLabeler; "tagging" a BertTokenClassifier.
+        vocab_file: WordPiece vocab (copied into the export's assets).
+        do_lower_case: as the original's --do_lower_case.
+        export_dir: output directory (replaced atomically).
+        task: one of `TASKS`.
+        seq_length: packed length of the text signatures.
+        labels: classification: one string per class; tagging: one per tag (default
+            "0".."n-1").
+        top_k: fill_mask: predictions per mask.
+        max_masks: fill_mask: masks answered per text.
+        max_answer_length: span: longest answer, in tokens.
     """
     module = EndToEndModule(model, vocab_file, do_lower_case, task, seq_length, labels, top_k,
                             max_masks, max_answer_length)

@@ -33,7 +33,13 @@ class _SharedVariable(keras.Variable):
 class SavedModelLayer(keras.layers.TFSMLayer):
     """TFSMLayer that shares the SavedModel's variables and can also call signatures (which
     only take keyword arguments): a dict input is passed as keywords, a single tensor to the
-    signature's only input."""
+    signature's only input.
+
+    Args:
+        filepath: the SavedModel folder.
+        call_endpoint: a saved function attribute or a signature name.
+        **kwargs: `keras.layers.TFSMLayer` arguments (`trainable`, `name`).
+    """
 
     def __init__(self, filepath, call_endpoint="serving_default", **kwargs):
         super().__init__(filepath, call_endpoint=call_endpoint, **kwargs)
@@ -61,11 +67,14 @@ class SavedModelLayer(keras.layers.TFSMLayer):
 def load_as_keras_layer(export_dir, signature=None, trainable=False, name=None):
     """keras.layers.TFSMLayer over export_dir.
 
-    signature: a signature name (e.g. "serving_pairs", "predict_ids") or a saved function
-    attribute; default: the export's `__call__` (preprocessor: strings -> inputs dict,
-    encoder: inputs dict -> outputs dict, end-to-end: strings -> task outputs).
-    trainable: expose the export's variables as trainable weights (fine-tuning; they are the
-    SavedModel's own variables, so training changes what the layer computes).
+    Args:
+        export_dir: any bert_tf SavedModel export.
+        signature: a signature name (e.g. "serving_pairs", "predict_ids") or a saved function
+            attribute; default: the export's `__call__` (preprocessor: strings -> inputs dict,
+            encoder: inputs dict -> outputs dict, end-to-end: strings -> task outputs).
+        trainable: expose the export's variables as trainable weights (fine-tuning; they are
+            the SavedModel's own variables, so training changes what the layer computes).
+        name: Keras layer name.
     """
     if not tf.io.gfile.exists(common.join(export_dir, "saved_model.pb")):
         raise BertError(f"{export_dir}: no saved_model.pb (not a SavedModel export)")

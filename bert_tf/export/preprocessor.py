@@ -31,19 +31,38 @@ SEQ_LENGTH_SPEC = tf.TensorSpec([], tf.int32, name="seq_length")
 
 
 def check_seq_length(seq_length, what="seq_length", pairs=True):
-    """BertError unless seq_length is a Python int leaving room for [CLS]/[SEP]."""
+    """BertError unless seq_length is a Python int leaving room for [CLS]/[SEP].
+
+    Args:
+        seq_length: the value to check.
+        what: names it in the error (a flag or argument).
+        pairs: need room for two [SEP]s (>= 3) rather than one (>= 2).
+    """
     if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < (
             3 if pairs else 2):
         raise BertError(f"{what}: must be an integer >= {3 if pairs else 2}, got {seq_length!r}")
 
 
 def check_text(text, name):
-    """Rank-1 string check that survives TF Serving (which skips Python-side spec checks)."""
+    """Rank-1 string check that survives TF Serving (which skips Python-side spec checks).
+
+    Args:
+        text: string tensor, expected [batch].
+        name: the input's name, used in the check op's name.
+
+    Returns:
+        `text` with its shape checked.
+    """
     return tf.ensure_shape(text, [None], name=f"check_{name}")
 
 
 def check_same_batch(a, b):
-    """a, b with an in-graph check that their batch sizes agree."""
+    """a, b with an in-graph check that their batch sizes agree.
+
+    Args:
+        a: tensor [batch, ...] (text).
+        b: tensor [batch, ...] (text_b).
+    """
     with tf.control_dependencies([tf.debugging.assert_equal(
             tf.shape(a)[0], tf.shape(b)[0], message="text and text_b must have the same batch")]):
         return tf.identity(a), tf.identity(b)
@@ -56,6 +75,7 @@ class TextPreprocessor(tf.Module):
         vocab_file: WordPiece vocab, one token per line.
         do_lower_case: lower-case + strip accents, as the original's FullTokenizer.
         seq_length: default packed length.
+        name: tf.Module name.
     """
 
     def __init__(self, vocab_file, do_lower_case=True, seq_length=128, name="preprocessing"):
@@ -97,8 +117,17 @@ class TextPreprocessor(tf.Module):
                                       self.pad_id)
 
     def text_to_ids(self, text, text_b=None, tokenize=None):
-        """Encoder inputs for sentences or pairs; `tokenize` overrides the tokenizer (e.g. one
-        traced tf.function shared by several signatures)."""
+        """Encoder inputs for sentences or pairs.
+
+        Args:
+            text: string [batch].
+            text_b: optional string [batch], the second segments.
+            tokenize: overrides `tokenize_flat` (e.g. one traced tf.function shared by
+                several signatures).
+
+        Returns:
+            Dict of int32 input_word_ids, input_mask, input_type_ids [batch, seq_length].
+        """
         tokenize = tokenize or self.tokenize_flat
         text = check_text(text, "text")
         if text_b is None:
@@ -108,7 +137,14 @@ class TextPreprocessor(tf.Module):
 
 
 class BertPreprocessor(tf.Module):
-    """The preprocessor SavedModel's root object (see module docstring)."""
+    """The preprocessor SavedModel's root object (see module docstring).
+
+    Args:
+        vocab_file: WordPiece vocab.
+        do_lower_case: as the original's --do_lower_case.
+        seq_length: packed length of the signatures; `bert_pack_inputs`' default.
+        name: tf.Module name.
+    """
 
     # Plain attributes, not tf.Module's computed properties: TF Hub reads them from the
     # restored object (reusable SavedModel API).
@@ -141,14 +177,17 @@ class BertPreprocessor(tf.Module):
 
     @property
     def seq_length(self):
+        """The packed length of `__call__` and the signatures."""
         return self.preprocessing.seq_length
 
     @property
     def tokenizer(self):
+        """The in-graph BertTextTokenizer (special ids, vocab size)."""
         return self.preprocessing.tokenizer
 
     @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def tokenize(self, text):
+        """string [batch] -> int32 RaggedTensor [batch, words, pieces] (TF Hub's API)."""
         return self._tokenize_fn.obj(text)
 
     @tf.function(input_signature=[TEXT_SPEC], autograph=False)
@@ -157,6 +196,12 @@ class BertPreprocessor(tf.Module):
 
     @tf.function(input_signature=[TEXT_SPEC, TEXT_B_SPEC], autograph=False)
     def serve_pairs(self, text, text_b):
+        """The `serving_pairs` signature: packed encoder inputs for sentence pairs.
+
+        Args:
+            text: string [batch], first segments.
+            text_b: string [batch], second segments.
+        """
         return self.preprocessing.text_to_ids(text, text_b, tokenize=self._tokenize_flat_fn.obj)
 
 

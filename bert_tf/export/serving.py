@@ -49,12 +49,19 @@ def version_dirs(model_dir):
 
 
 def next_version(model_dir):
+    """The version a new export under model_dir gets: one past the highest, else 1."""
     versions = version_dirs(model_dir)
     return versions[-1] + 1 if versions else 1
 
 
 def predict_request(model_name, signature_name, inputs):
-    """A tensorflow_serving PredictRequest; inputs: name -> array-like (dtype inferred)."""
+    """A tensorflow_serving PredictRequest.
+
+    Args:
+        model_name: the served model's name.
+        signature_name: e.g. "serving_default".
+        inputs: dict of input name -> array-like (dtype inferred).
+    """
     predict_pb2, _ = _serving_apis()
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model_name
@@ -66,7 +73,14 @@ def predict_request(model_name, signature_name, inputs):
 
 def warmup_requests(module, model_name, texts=None, pairs=None):
     """PredictRequests covering serving_default (batch 1 and a batch), serving_pairs and
-    predict_ids (ids computed in-graph from the same texts)."""
+    predict_ids (ids computed in-graph from the same texts), so every signature is warm.
+
+    Args:
+        module: the EndToEndModule being exported.
+        model_name: the served model's name.
+        texts: warm-up sentences (default: fill_mask or plain examples by task).
+        pairs: (text, text_b) tuples for serving_pairs; empty skips that signature.
+    """
     if texts is None:
         texts = DEFAULT_FILL_MASK_TEXTS if module.task == "fill_mask" else DEFAULT_WARMUP_TEXTS
     texts = [str(t) for t in texts]
@@ -86,7 +100,15 @@ def warmup_requests(module, model_name, texts=None, pairs=None):
 
 
 def write_warmup_file(path, requests):
-    """TFRecord of PredictionLog(predict_log=PredictLog(request=...)) at path (atomically)."""
+    """TFRecord of PredictionLog(predict_log=PredictLog(request=...)) at path (atomically).
+
+    Args:
+        path: usually `assets.extra/tf_serving_warmup_requests` of the export being built.
+        requests: PredictRequests (`warmup_requests`).
+
+    Returns:
+        `path`.
+    """
     _, prediction_log_pb2 = _serving_apis()
     tmp = fileio.tmp_name(path)
     with tf.io.TFRecordWriter(tmp) as writer:
@@ -110,7 +132,15 @@ def read_warmup_file(path):
 
 def run_predict_request(loaded, request):
     """Runs a PredictRequest against a tf.saved_model.load()ed object like the server does:
-    signature by name, inputs from TensorProtos. Returns dict of numpy outputs."""
+    signature by name, inputs from TensorProtos (checks warm-up files without a server).
+
+    Args:
+        loaded: the object tf.saved_model.load returned.
+        request: a PredictRequest; an empty signature name means serving_default.
+
+    Returns:
+        Dict of output name -> numpy array.
+    """
     name = request.model_spec.signature_name or "serving_default"
     if name not in loaded.signatures:
         raise BertError(f"warm-up request: unknown signature {name!r}")
@@ -124,7 +154,18 @@ def export_for_serving(export_base, model_name, version=None, *, model, vocab_fi
                        top_k=5, max_masks=8, max_answer_length=30, warmup_texts=None,
                        warmup_pairs=None):
     """Writes the end-to-end SavedModel to <export_base>/<model_name>/<version>/ atomically,
-    with warm-up requests; version = next integer when None. Returns the version folder."""
+    with warm-up requests. Returns the version folder.
+
+    Args:
+        export_base: TF Serving's base folder (local or gs://...).
+        model_name: letters, digits, _ . - (the served name).
+        version: positive int; None takes the next free one. An existing version is an error:
+            served versions are immutable.
+        model, vocab_file, do_lower_case, task, seq_length, labels, top_k, max_masks,
+            max_answer_length: as `end_to_end.export_end_to_end`.
+        warmup_texts: sentences for the warm-up requests (default: built-in examples).
+        warmup_pairs: (text, text_b) tuples for serving_pairs warm-up.
+    """
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name or ""):
         raise BertError(f"--model_name: {model_name!r} is not a valid model name "
                         "(letters, digits, _ . -)")
@@ -183,5 +224,10 @@ def models_config_text(models):
 
 
 def write_models_config(path, models):
-    """Writes models_config_text(models) to path atomically; returns path."""
+    """Writes models_config_text(models) to path atomically; returns path.
+
+    Args:
+        path: the file for TF Serving's `--model_config_file`.
+        models: as `models_config_text`.
+    """
     return fileio.write_text_atomic(path, models_config_text(models))

@@ -107,7 +107,12 @@ def unsafe_ops(op_names):
 
 
 def check_serving_safe(op_names, what="graph"):
-    """Raises BertError naming the ops stock TF Serving (>= MIN_TF_SERVING_VERSION) lacks."""
+    """Raises BertError naming the ops stock TF Serving (>= MIN_TF_SERVING_VERSION) lacks.
+
+    Args:
+        op_names: op type names of the graph(s) to be served.
+        what: names the export in the error.
+    """
     bad = unsafe_ops(op_names)
     if bad:
         raise BertError(f"{what}: ops not available in stock TF Serving: {', '.join(bad)} "
