@@ -53,6 +53,7 @@ class ClassifierTask(finetune.FinetuneTask):
         self.bert_config = bert_config
 
     def build_model(self):
+        """A built BertClassifier: one output for regression, else one per label."""
         from bert_tf.modeling.encoder import BertEncoder
         from bert_tf.modeling.models import BertClassifier
         num_classes = 1 if self.labels is None else len(self.labels)
@@ -61,7 +62,14 @@ class ClassifierTask(finetune.FinetuneTask):
 
 
 def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
-    """Flag checks shared by the fine-tuning tasks; returns (BertConfig, FullTokenizer)."""
+    """Flag checks shared by the fine-tuning tasks; returns (BertConfig, FullTokenizer).
+
+    Runs before any data or model work, so a bad flag fails in one line and at once.
+
+    Args:
+        cfg: the task's RunConfig (needs bert_config_file, vocab_file, output_dir).
+        phases: the task's do_* flags; at least one must be set.
+    """
     from bert_tf.modeling.config import BertConfig
     from bert_tf.tokenization import FullTokenizer
     if not any(getattr(cfg, p) for p in phases):
@@ -83,6 +91,7 @@ def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
 
 
 def get_processor(cfg):
+    """The DataProcessor the flags ask for: --tfds_name, else --task_name over --data_dir."""
     if cfg.tfds_name:
         return classifier_data.TfdsProcessor(cfg.tfds_name, data_dir=cfg.tfds_data_dir)
     if not cfg.task_name:
@@ -94,7 +103,13 @@ def get_processor(cfg):
 
 
 def eval_metrics(processor, labels, outputs):
-    """The task's metrics from logits (`eval_` keys, as in eval_results.txt)."""
+    """The task's metrics from logits (`eval_` keys, as in eval_results.txt).
+
+    Args:
+        processor: the DataProcessor (regression or not, which metrics).
+        labels: label_ids [N] (class ids, or float targets for regression).
+        outputs: dict with the model's `logits` [N, C].
+    """
     logits = outputs["logits"]
     if processor.is_regression:
         preds = logits[:, 0].astype(np.float64)

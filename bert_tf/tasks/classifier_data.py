@@ -16,6 +16,7 @@ from bert_tf import BertError, fileio
 
 @dataclasses.dataclass
 class InputExample:
+    """One example: text_a, optional text_b, label (str, float for regression)."""
     guid: str
     text_a: str
     text_b: str = None
@@ -40,15 +41,19 @@ class DataProcessor:
     skip_bad_lines = False  # QQP's train file has a few short lines (others: an error)
 
     def get_labels(self):
+        """The label strings, index = class id (empty for regression)."""
         return list(self.labels)
 
     def get_train_examples(self, data_dir):
+        """InputExamples of the training file under data_dir."""
         return self._examples(data_dir, self.train_file, self.train_layout, "train")
 
     def get_dev_examples(self, data_dir):
+        """InputExamples of the dev file under data_dir."""
         return self._examples(data_dir, self.dev_file, self.dev_layout or self.train_layout, "dev")
 
     def get_test_examples(self, data_dir):
+        """InputExamples of the unlabelled test file (placeholder labels, as the original)."""
         return self._examples(data_dir, self.test_file, self.test_layout, "test")
 
     def _examples(self, data_dir, filename, layout, set_type):
@@ -77,6 +82,13 @@ class DataProcessor:
         return InputExample(guid, row[layout.a], text_b, label)
 
     def check_label(self, label, path, line_no):
+        """A TSV label as float (regression) or a known label; BertError naming file and line.
+
+        Args:
+            label: the label column's text.
+            path: the TSV file, for the error.
+            line_no: 1-based line, for the error.
+        """
         if self.is_regression:
             try:
                 return float(label)
@@ -90,16 +102,19 @@ class DataProcessor:
         return label
 
     def map_label(self, label):
+        """Hook for tasks whose files spell a label differently from `labels`."""
         return label
 
 
 class ColaProcessor(DataProcessor):
+    """CoLA: single-sentence acceptability; MCC is its GLUE metric."""
     name, labels, metrics = "cola", ("0", "1"), ("accuracy", "mcc")
     train_layout = Layout(header=False, a=3, b=None, label=1, guid=None)
     test_layout = Layout(header=True, a=1, b=None, label=None, guid=0)
 
 
 class MnliProcessor(DataProcessor):
+    """MultiNLI, matched dev/test sets."""
     name, labels = "mnli", ("contradiction", "entailment", "neutral")
     dev_file, test_file = "dev_matched.tsv", "test_matched.tsv"
     train_layout = Layout(header=True, a=8, b=9, label=-1, guid=0)
@@ -107,29 +122,34 @@ class MnliProcessor(DataProcessor):
 
 
 class MnliMismatchedProcessor(MnliProcessor):
+    """MultiNLI, mismatched dev/test sets."""
     name = "mnli_mismatched"
     dev_file, test_file = "dev_mismatched.tsv", "test_mismatched.tsv"
 
 
 class MrpcProcessor(DataProcessor):
+    """MRPC: paraphrase pairs; F1 is reported besides accuracy."""
     name, labels, metrics = "mrpc", ("0", "1"), ("accuracy", "f1")
     train_layout = Layout(header=True, a=3, b=4, label=0, guid=None)
     test_layout = Layout(header=True, a=3, b=4, label=None, guid=None)
 
 
 class Sst2Processor(DataProcessor):
+    """SST-2: single-sentence sentiment."""
     name, labels = "sst-2", ("0", "1")
     train_layout = Layout(header=True, a=0, b=None, label=1, guid=None)
     test_layout = Layout(header=True, a=1, b=None, label=None, guid=0)
 
 
 class QnliProcessor(DataProcessor):
+    """QNLI: does the sentence answer the question."""
     name, labels = "qnli", ("entailment", "not_entailment")
     train_layout = Layout(header=True, a=1, b=2, label=3, guid=0)
     test_layout = Layout(header=True, a=1, b=2, label=None, guid=0)
 
 
 class QqpProcessor(DataProcessor):
+    """QQP: duplicate question pairs; F1 reported; malformed train lines skipped."""
     name, labels, metrics = "qqp", ("0", "1"), ("accuracy", "f1")
     skip_bad_lines = True
     train_layout = Layout(header=True, a=3, b=4, label=5, guid=0)
@@ -137,18 +157,21 @@ class QqpProcessor(DataProcessor):
 
 
 class RteProcessor(DataProcessor):
+    """RTE: textual entailment pairs."""
     name, labels = "rte", ("entailment", "not_entailment")
     train_layout = Layout(header=True, a=1, b=2, label=3, guid=0)
     test_layout = Layout(header=True, a=1, b=2, label=None, guid=0)
 
 
 class StsbProcessor(DataProcessor):
+    """STS-B: pair similarity score, a regression (Pearson/Spearman)."""
     name, is_regression, metrics = "sts-b", True, ("pearson", "spearman")
     train_layout = Layout(header=True, a=7, b=8, label=-1, guid=0)
     test_layout = Layout(header=True, a=7, b=8, label=None, guid=0)
 
 
 class WnliProcessor(DataProcessor):
+    """WNLI: Winograd NLI pairs."""
     name, labels = "wnli", ("0", "1")
     train_layout = Layout(header=True, a=1, b=2, label=3, guid=0)
     test_layout = Layout(header=True, a=1, b=2, label=None, guid=0)
@@ -172,6 +195,7 @@ class XnliProcessor(DataProcessor):
         self.test_layout = self.dev_layout
 
     def map_label(self, label):
+        """The machine-translated train files say "contradictory"."""
         return "contradiction" if label == "contradictory" else label
 
     def _row_to_example(self, row, layout, set_type, path, line_no):
@@ -199,7 +223,12 @@ def get_processor(task_name, **kwargs):
 
 
 def read_tsv(path, skip_header=False):
-    """[(line number, columns)] of a TSV file (no quote handling, as the original)."""
+    """[(line number, columns)] of a TSV file (no quote handling, as the original).
+
+    Args:
+        path: the .tsv file (local or gs://...).
+        skip_header: drop line 1. Blank lines are always dropped.
+    """
     text = fileio.read_text(path, "data file not found (check --data_dir)")
     rows = []
     for n, line in enumerate(text.split("\n"), start=1):
@@ -218,7 +247,14 @@ _TFDS_TEXT_KEYS = (("sentence1", "sentence2"), ("question1", "question2"),
 
 
 class TfdsProcessor(DataProcessor):
-    """Any TFDS text-classification dataset (glue/* included) with a `label` feature."""
+    """Any TFDS text-classification dataset (glue/* included) with a `label` feature.
+
+    Args:
+        tfds_name: e.g. "glue/mrpc" or "imdb_reviews".
+        data_dir: TFDS data directory (default: TFDS's).
+        text_keys: feature names of text_a (and text_b); default: GLUE's fields, else the
+            first two string features.
+    """
 
     def __init__(self, tfds_name, data_dir=None, text_keys=None):
         import tensorflow_datasets as tfds
@@ -269,12 +305,15 @@ class TfdsProcessor(DataProcessor):
         return ("accuracy",)
 
     def get_train_examples(self, data_dir=None):
+        """InputExamples of the train split (data_dir is unused: TFDS has its own)."""
         return self._tfds_examples("train")
 
     def get_dev_examples(self, data_dir=None):
+        """InputExamples of the validation split (MNLI: validation_matched)."""
         return self._tfds_examples("dev")
 
     def get_test_examples(self, data_dir=None):
+        """InputExamples of the test split; unlabelled (-1) rows get the first label."""
         return self._tfds_examples("test")
 
     def _tfds_examples(self, which):
@@ -318,13 +357,26 @@ def _text(value):
 # --- features --------------------------------------------------------------------------
 
 def truncate_seq_pair(tokens_a, tokens_b, max_length):
-    """Pop from the end of the longer list until the pair fits (original's heuristic)."""
+    """Pop from the end of the longer list until the pair fits (original's heuristic).
+
+    Args:
+        tokens_a: list, truncated in place.
+        tokens_b: list, truncated in place; loses the token on ties.
+        max_length: int, most tokens of both together.
+    """
     while len(tokens_a) + len(tokens_b) > max_length:
         (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
 
 
 def encode_pair(tokenizer, text_a, text_b, max_seq_length):
-    """(input_ids, input_mask, segment_ids, tokens) for one example, zero-padded."""
+    """(input_ids, input_mask, segment_ids, tokens) for one example, zero-padded.
+
+    Args:
+        tokenizer: a FullTokenizer.
+        text_a: str, first segment.
+        text_b: str or None; one that tokenizes to nothing counts as none, as the original.
+        max_seq_length: int, padded length (>= 3).
+    """
     tokens_a = tokenizer.tokenize(text_a)
     # As the original (and the exported preprocessor): a b that tokenizes to nothing is no b.
     tokens_b = tokenizer.tokenize(text_b) if text_b else None
@@ -344,7 +396,16 @@ def encode_pair(tokenizer, text_a, text_b, max_seq_length):
 
 def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
                                  is_regression=False, progress=None):
-    """Arrays: input_word_ids/input_mask/input_type_ids [N, S] int32, label_ids [N]."""
+    """Arrays: input_word_ids/input_mask/input_type_ids [N, S] int32, label_ids [N].
+
+    Args:
+        examples: InputExamples.
+        label_list: label strings, index = class id (ignored for regression).
+        max_seq_length: int, S.
+        tokenizer: a FullTokenizer.
+        is_regression: float32 labels taken as is, instead of class ids.
+        progress: tqdm description; None shows no progress bar.
+    """
     if max_seq_length < 3:
         raise BertError(f"--max_seq_length: must be >= 3, got {max_seq_length}")
     label_map = {label: i for i, label in enumerate(label_list)}

@@ -51,6 +51,7 @@ class FeatureTask(Task):
         self.cfg, self.bert_config, self.layers = cfg, bert_config, layers
 
     def build_model(self):
+        """A built encoder wrapper returning float32 `layer_<k>` [B, S, H] for each layer."""
         return built(_layer_model(self.bert_config, self.layers), self.cfg)
 
 
@@ -73,6 +74,12 @@ def read_examples(input_file):
 
 
 def parse_layers(spec, num_layers):
+    """--layers as ints; negative indexes count from the last layer, as the original.
+
+    Args:
+        spec: str, e.g. "-1,-2,-3,-4".
+        num_layers: int, the encoder's layer count (bounds the indexes).
+    """
     try:
         layers = [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
@@ -104,7 +111,14 @@ def _layer_model(bert_config, layers):
 
 
 def format_line(unique_id, tokens, layer_values, layers):
-    """One output JSON line; layer_values: {layer index: [S, H] array}."""
+    """One output JSON line (the original's layout and `linex_index` key).
+
+    Args:
+        unique_id: the input line's index.
+        tokens: the example's tokens, [CLS]/[SEP] included, no padding.
+        layer_values: {layer index: [S, H] array}; rows past len(tokens) are ignored.
+        layers: layer indexes in output order.
+    """
     feats = []
     for i, token in enumerate(tokens):
         feats.append({"token": token, "layers": [
@@ -114,6 +128,7 @@ def format_line(unique_id, tokens, layer_values, layers):
 
 
 def run(cfg):
+    """Writes the features of every input line to --output_file; returns a summary dict."""
     import tensorflow as tf
     from bert_tf.modeling.config import BertConfig
     from bert_tf.tasks import classifier_data, finetune

@@ -122,7 +122,12 @@ LOSSES = {"classification": (_classification_sum, _count),
 
 
 def built(model, cfg):
-    """`model` with its variables created (one dummy batch)."""
+    """`model` with its variables created (one dummy batch).
+
+    Args:
+        model: a bert_tf Keras model.
+        cfg: the RunConfig; the dummy batch is at most max_seq_length long.
+    """
     from bert_tf.modeling.models import build_model
     return build_model(model, seq=min(8, cfg.max_seq_length))
 
@@ -146,14 +151,28 @@ class FinetuneTask(Task):
         self.cfg, self.loss_name, self.labels = cfg, loss, labels
 
     def normalizers(self, batch):
+        """{"weight": examples in the batch, or labelled tokens for tagging}."""
         return {"weight": LOSSES[self.loss_name][1](batch)}
 
     def loss(self, batch, outputs, normalizers):
+        """(loss, {"loss": loss}): this replica's loss sum over the global batch's weight.
+
+        Args:
+            batch: the replica's batch of feature arrays.
+            outputs: the model's outputs.
+            normalizers: `normalizers()` summed over the global batch.
+        """
         import tensorflow as tf
         loss = LOSSES[self.loss_name][0](batch, outputs) / tf.maximum(normalizers["weight"], 1.0)
         return loss, {"loss": loss}
 
     def export(self, model, export_dir):
+        """Writes the end-to-end text-in SavedModel of the task; returns export_dir.
+
+        Args:
+            model: the trained task model.
+            export_dir: output folder (replaced atomically).
+        """
         from bert_tf import export
         export.export_end_to_end(model, self.cfg.vocab_file, self.cfg.do_lower_case, export_dir,
                                  task=self.loss_name, seq_length=self.cfg.max_seq_length,
@@ -240,6 +259,13 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
     The last batch is padded to full size (and the padding dropped from its outputs), so one
     traced step serves every batch, and the iterator is never run to its end (ending a
     distributed iterator costs about a second).
+
+    Args:
+        trainer: from make_trainer (restored).
+        features: dict of NumPy arrays with the encoder inputs.
+        batch_size: global batch.
+        output_keys: model outputs to return.
+        desc: progress bar label.
     """
     import tensorflow as tf
     from tqdm.auto import tqdm
@@ -285,12 +311,22 @@ write_results = fileio.write_eval_results
 
 
 def write_text(path, text):
-    """Text to path atomically (temp name + rename), creating its folder."""
+    """Text to path atomically (temp name + rename), creating its folder.
+
+    Args:
+        path: destination file.
+        text: str to write.
+    """
     return fileio.write_text_atomic(path, text, make_parent=True)
 
 
 def softmax(x, axis=-1):
-    """Softmax in float64 (NumPy)."""
+    """Softmax in float64 (NumPy): probabilities written to files sum to 1 precisely.
+
+    Args:
+        x: array-like logits.
+        axis: the class axis.
+    """
     x = np.asarray(x, np.float64)
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)

@@ -5,12 +5,24 @@ import numpy as np
 
 
 def accuracy(labels, preds):
+    """Share of equal labels and predictions; 0.0 for no examples.
+
+    Args:
+        labels: array-like gold labels.
+        preds: array-like predictions, same shape.
+    """
     labels, preds = np.asarray(labels), np.asarray(preds)
     return float(np.mean(labels == preds)) if labels.size else 0.0
 
 
 def f1_score(labels, preds, positive=1):
-    """Binary F1 of the `positive` class (GLUE's F1 for MRPC/QQP); 0.0 when undefined."""
+    """Binary F1 of the `positive` class (GLUE's F1 for MRPC/QQP); 0.0 when undefined.
+
+    Args:
+        labels: array-like gold class ids.
+        preds: array-like predicted class ids.
+        positive: the class scored.
+    """
     labels, preds = np.asarray(labels), np.asarray(preds)
     tp = float(np.sum((preds == positive) & (labels == positive)))
     fp = float(np.sum((preds == positive) & (labels != positive)))
@@ -22,6 +34,10 @@ def matthews_corrcoef(labels, preds):
     """Matthews correlation (multi-class form; equals the binary formula for 2 classes).
 
     0.0 when undefined (a constant prediction or label), as sklearn returns.
+
+    Args:
+        labels: array-like gold class ids.
+        preds: array-like predicted class ids.
     """
     labels, preds = np.asarray(labels), np.asarray(preds)
     classes = np.union1d(labels, preds)
@@ -39,6 +55,12 @@ def matthews_corrcoef(labels, preds):
 
 
 def pearson(x, y):
+    """Pearson correlation (STS-B); 0.0 when either side is constant.
+
+    Args:
+        x: array-like predictions.
+        y: array-like targets.
+    """
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     xc, yc = x - x.mean(), y - y.mean()
     denom = np.sqrt(np.sum(xc * xc) * np.sum(yc * yc))
@@ -62,6 +84,12 @@ def rankdata(x):
 
 
 def spearman(x, y):
+    """Spearman rank correlation: Pearson of the average ranks, as scipy computes it.
+
+    Args:
+        x: array-like predictions.
+        y: array-like targets.
+    """
     return pearson(rankdata(x), rankdata(y))
 
 
@@ -113,6 +141,13 @@ def entity_scores(true_seqs, pred_seqs):
 
     An entity counts only if type, start and end all match (a partial overlap is both a false
     positive and a false negative), as conlleval/seqeval score it.
+
+    Args:
+        true_seqs: gold tag sequences (lists of str).
+        pred_seqs: predicted tag sequences, each as long as its gold one.
+
+    Returns:
+        Dict of precision, recall, f1 and per_type {type: precision/recall/f1/support}.
     """
     if len(true_seqs) != len(pred_seqs):
         raise ValueError(f"{len(true_seqs)} gold sequences vs {len(pred_seqs)} predicted")

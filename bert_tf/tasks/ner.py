@@ -26,6 +26,7 @@ CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "
 
 @dataclasses.dataclass
 class Sentence:
+    """One CoNLL sentence: its words and tags, and each word's line (for error messages)."""
     words: list
     tags: list
     lines: list  # source line number of each word (error messages)
@@ -83,7 +84,17 @@ def iob2_to_iob1(tags):
 
 
 def prepare(sentences, label_list, label_scheme, path):
-    """Convert tags to the scheme and check every tag is a known label."""
+    """Convert tags to the scheme and check every tag is a known label (in place).
+
+    Args:
+        sentences: Sentences from `read_conll`; their tags are replaced.
+        label_list: the allowed tags.
+        label_scheme: "iob2" (convert IOB1 input) or "none" (tags as given).
+        path: the source file, for errors.
+
+    Returns:
+        `sentences`.
+    """
     known = set(label_list)
     for s in sentences:
         if label_scheme == "iob2":
@@ -97,13 +108,25 @@ def prepare(sentences, label_list, label_scheme, path):
 
 @dataclasses.dataclass
 class TagFeature:
+    """Where one window's words sit, to map its logits back to words (`decode`)."""
     sentence_index: int
     first_word: int
     first_piece: list  # feature position of each word's first piece (words of this chunk)
 
 
 def convert_sentences_to_features(sentences, label_list, max_seq_length, tokenizer):
-    """(arrays, TagFeatures). Long sentences become several windows split between words."""
+    """(arrays, TagFeatures). Long sentences become several windows split between words.
+
+    Args:
+        sentences: Sentences with tags in `label_list`.
+        label_list: tags in logit order.
+        max_seq_length: int, window length including [CLS]/[SEP] (>= 3).
+        tokenizer: a FullTokenizer.
+
+    Returns:
+        (dict of int32 [N, S] encoder inputs and label_ids, float32 label_weights [N, S];
+        one TagFeature per window).
+    """
     if max_seq_length < 3:
         raise BertError(f"--max_seq_length: must be >= 3, got {max_seq_length}")
     label_map = {label: i for i, label in enumerate(label_list)}
@@ -146,7 +169,14 @@ def convert_sentences_to_features(sentences, label_list, max_seq_length, tokeniz
 
 
 def decode(sentences, feats, logits, label_list):
-    """Word-level predicted tags per sentence from [N, S, L] logits."""
+    """Word-level predicted tags per sentence from [N, S, L] logits.
+
+    Args:
+        sentences: the Sentences the features were made from.
+        feats: TagFeatures from `convert_sentences_to_features`, one per logits row.
+        logits: [N, S, L] array.
+        label_list: tags in logit order.
+    """
     preds = [["O"] * len(s.words) for s in sentences]
     best = np.argmax(logits, axis=-1)
     for f, row in zip(feats, best):
@@ -191,6 +221,7 @@ class NerTask(FinetuneTask):
         self.bert_config = bert_config
 
     def build_model(self):
+        """A built BertTokenClassifier with one logit per tag."""
         from bert_tf.modeling.encoder import BertEncoder
         from bert_tf.modeling.models import BertTokenClassifier
         return built(BertTokenClassifier(BertEncoder.from_bert_config(self.bert_config, name="encoder"),
@@ -218,6 +249,7 @@ def _write_conll(path, sentences, preds):
 
 
 def run(cfg):
+    """Train / evaluate / tag as the flags ask; returns a dict of what it produced."""
     from bert_tf.tasks import finetune, metrics
     from bert_tf.tasks.classifier import check_common
     if cfg.label_scheme not in ("iob2", "none"):

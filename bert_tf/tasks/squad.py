@@ -25,6 +25,7 @@ FIRST_UNIQUE_ID = 1_000_000_000
 
 @dataclasses.dataclass
 class SquadExample:
+    """One question over its context; answer positions are word indexes (training only)."""
     qas_id: str
     question_text: str
     doc_tokens: list            # context split on whitespace
@@ -38,6 +39,7 @@ class SquadExample:
 
 @dataclasses.dataclass
 class SquadFeature:
+    """One doc window of an example as model input; positions are feature token indexes."""
     unique_id: int
     example_index: int
     doc_span_index: int
@@ -57,7 +59,8 @@ def _is_whitespace(c):
 
 
 def split_context(context):
-    """(words, start offset of each word) on whitespace, as the original splits contexts."""
+    """(words, start offset of each word, word index of each character) on whitespace, as
+    the original splits contexts (a whitespace character maps to the word before it)."""
     words, offsets, char_to_word = [], [], []
     prev_ws = True
     for i, c in enumerate(context):
@@ -79,6 +82,11 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False):
 
     Training uses each question's first answer; an answer whose text is not found at its
     `answer_start` is skipped with a warning, as the original did.
+
+    Args:
+        input_file: SQuAD JSON (local or gs://...).
+        is_training: read answers and locate them in the context.
+        version_2_with_negative: honour `is_impossible` (SQuAD 2.0).
     """
     import tensorflow as tf
     if not tf.io.gfile.exists(input_file):
@@ -159,7 +167,13 @@ def _max_context(spans, span_index, position):
 
 
 def doc_spans(num_pieces, max_tokens_for_doc, doc_stride):
-    """[(start, length)] windows over the context pieces."""
+    """[(start, length)] windows over the context pieces; the last one ends at the end.
+
+    Args:
+        num_pieces: int, WordPieces in the context.
+        max_tokens_for_doc: int, most pieces a window holds.
+        doc_stride: int, how far the next window starts (at most a window's length).
+    """
     spans, start = [], 0
     while start < num_pieces:
         length = min(num_pieces - start, max_tokens_for_doc)
@@ -172,7 +186,17 @@ def doc_spans(num_pieces, max_tokens_for_doc, doc_stride):
 
 def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride,
                                  max_query_length, is_training, progress=None):
-    """SquadFeatures (one per doc window) for the examples, in order."""
+    """SquadFeatures (one per doc window) for the examples, in order.
+
+    Args:
+        examples: SquadExamples.
+        tokenizer: a FullTokenizer.
+        max_seq_length: int, padded feature length.
+        doc_stride: int, pieces between window starts.
+        max_query_length: int, question pieces kept.
+        is_training: set answer positions; a window without the answer points at [CLS].
+        progress: tqdm description; None shows no progress bar.
+    """
     if doc_stride <= 0:
         raise BertError(f"--doc_stride: must be > 0, got {doc_stride}")
     if max_seq_length - min(max_query_length, max_seq_length) - 3 <= 0:
@@ -232,6 +256,12 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
 
 
 def features_to_arrays(features, is_training):
+    """SquadFeatures -> int32 encoder input arrays [N, S] (and answer positions if training).
+
+    Args:
+        features: SquadFeatures.
+        is_training: add start_positions/end_positions [N].
+    """
     arrays = {
         "input_word_ids": np.array([f.input_ids for f in features], np.int32),
         "input_mask": np.array([f.input_mask for f in features], np.int32),
@@ -284,6 +314,7 @@ class SquadTask(FinetuneTask):
         self.bert_config = bert_config
 
     def build_model(self):
+        """A built BertSpanLabeler (start/end logits per token)."""
         from bert_tf.modeling.encoder import BertEncoder
         from bert_tf.modeling.models import BertSpanLabeler
         return built(BertSpanLabeler(BertEncoder.from_bert_config(self.bert_config, name="encoder")), self.cfg)

@@ -33,6 +33,12 @@ def final_text_span(pred_text, orig_text, do_lower_case, verbose=False):
     Both are BasicTokenizer-aligned character by character ignoring spaces; when that fails
     (a character changed length under lower-casing, say) the whole words are returned, as in
     the original's get_final_text.
+
+    Args:
+        pred_text: the prediction's pieces joined with spaces, `##` merged.
+        orig_text: the context words the span touches, joined with single spaces.
+        do_lower_case: as the tokenizer's (how pred_text was normalised).
+        verbose: log why a prediction fell back to the whole words.
     """
     from bert_tf.tokenization import BasicTokenizer
     def whole(why):
@@ -56,6 +62,13 @@ def final_text_span(pred_text, orig_text, do_lower_case, verbose=False):
 
 
 def get_final_text(pred_text, orig_text, do_lower_case):
+    """The original's get_final_text: `orig_text[final_text_span(...)]`.
+
+    Args:
+        pred_text: the detokenized prediction.
+        orig_text: the whole words the span touches.
+        do_lower_case: as the tokenizer's.
+    """
     s, e = final_text_span(pred_text, orig_text, do_lower_case)
     return orig_text[s:e]
 
@@ -90,7 +103,17 @@ def postprocess(examples, features, start_logits, end_logits, n_best_size=20,
                 null_score_diff_threshold=0.0, verbose=False):
     """(predictions, nbest, null_odds): qid -> text, qid -> [entries], qid -> score diff.
 
-    `start_logits`/`end_logits`: [num_features, max_seq_length], aligned with `features`.
+    Args:
+        examples: SquadExamples, in the order features' example_index refers to.
+        features: SquadFeatures from `squad.convert_examples_to_features`.
+        start_logits: [num_features, max_seq_length], aligned with `features`.
+        end_logits: the same for the span ends.
+        n_best_size: candidates kept per question (and starts/ends tried per feature).
+        max_answer_length: longest span, in pieces.
+        do_lower_case: as the tokenizer's (to map spans back to the context's text).
+        version_2_with_negative: score the null answer; null_odds is empty otherwise.
+        null_score_diff_threshold: predict "" when null - best span exceeds this.
+        verbose: log answers that fell back to whole words.
     """
     by_example = collections.defaultdict(list)
     for i, f in enumerate(features):

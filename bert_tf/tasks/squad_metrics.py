@@ -15,6 +15,7 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
 
 def normalize_answer(s):
+    """The official scripts' normalisation (see the module docstring)."""
     s = s.lower()
     s = "".join(ch for ch in s if ch not in _PUNCT)
     s = _ARTICLES.sub(" ", s)
@@ -26,11 +27,22 @@ def _tokens(s):
 
 
 def exact_match_score(prediction, ground_truth):
+    """1 if both normalise to the same text, else 0.
+
+    Args:
+        prediction: str, the predicted answer.
+        ground_truth: str, one gold answer.
+    """
     return int(normalize_answer(prediction) == normalize_answer(ground_truth))
 
 
 def f1_score(prediction, ground_truth):
-    """Token-overlap F1. Like v2.0's script: if either side is empty, 1 iff both are."""
+    """Token-overlap F1. Like v2.0's script: if either side is empty, 1 iff both are.
+
+    Args:
+        prediction: str, the predicted answer.
+        ground_truth: str, one gold answer.
+    """
     pred, gold = _tokens(prediction), _tokens(ground_truth)
     if not pred or not gold:
         return float(pred == gold)
@@ -64,7 +76,12 @@ def _questions(dataset):
 
 
 def evaluate_v1(dataset, predictions):
-    """{'exact_match', 'f1'} in percent; unanswered questions score 0 (the script's rule)."""
+    """{'exact_match', 'f1'} in percent; unanswered questions score 0 (the script's rule).
+
+    Args:
+        dataset: the SQuAD JSON dict (or its "data" list).
+        predictions: {question id: answer text}.
+    """
     em = f1 = total = 0
     for qa in _questions(dataset):
         total += 1
@@ -130,7 +147,14 @@ def _best_threshold(preds, scores, na_probs, has_ans):
 
 
 def evaluate_v2(dataset, predictions, na_probs=None, na_prob_thresh=1.0):
-    """The v2.0 script's report: exact, f1, total, HasAns_*, NoAns_*, and best_* with na_probs."""
+    """The v2.0 script's report: exact, f1, total, HasAns_*, NoAns_*, and best_* with na_probs.
+
+    Args:
+        dataset: the SQuAD JSON dict (or its "data" list).
+        predictions: {question id: answer text}, "" for no answer.
+        na_probs: optional {question id: no-answer score} (null_odds.json); enables best_*.
+        na_prob_thresh: above it a question counts as predicted unanswerable.
+    """
     exact, f1, has_ans = _raw_scores_v2(dataset, predictions)
     probs = na_probs if na_probs is not None else {q: 0.0 for q in has_ans}
     exact_t = _apply_threshold(exact, {q: probs.get(q, 0.0) for q in exact}, has_ans,
