@@ -64,7 +64,7 @@ class ClassifierTask(finetune.FinetuneTask):
 def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
     """Flag checks shared by the fine-tuning tasks; returns (BertConfig, FullTokenizer).
 
-    Runs before any data or model work, so a bad flag fails in one line and at once.
+    Run before examples are read or a model is built, so a bad flag fails at once.
 
     Args:
         cfg: the task's RunConfig (needs bert_config_file, vocab_file, output_dir).

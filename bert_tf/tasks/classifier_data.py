@@ -149,7 +149,7 @@ class QnliProcessor(DataProcessor):
 
 
 class QqpProcessor(DataProcessor):
-    """QQP: duplicate question pairs; F1 reported; malformed train lines skipped."""
+    """QQP: duplicate question pairs; F1 reported; short (malformed) lines skipped."""
     name, labels, metrics = "qqp", ("0", "1"), ("accuracy", "f1")
     skip_bad_lines = True
     train_layout = Layout(header=True, a=3, b=4, label=5, guid=0)

@@ -321,7 +321,7 @@ def write_text(path, text):
 
 
 def softmax(x, axis=-1):
-    """Softmax in float64 (NumPy): probabilities written to files sum to 1 precisely.
+    """Softmax in float64 (NumPy), max-subtracted so large logits cannot overflow.
 
     Args:
         x: array-like logits.
