@@ -18,7 +18,12 @@ MaskedLm = collections.namedtuple("MaskedLm", ["index", "label"])
 
 
 def num_to_predict(num_tokens, masked_lm_prob, max_predictions_per_seq):
-    """min(max_predictions, max(1, round(n * prob))), n counting [CLS]/[SEP] (Python 3 round)."""
+    """min(max_predictions, max(1, round(n * prob))), n counting [CLS]/[SEP] (Python 3 round).
+
+    Args:
+        num_tokens: tokens of the instance, [CLS]/[SEP] included.
+        masked_lm_prob, max_predictions_per_seq: the flags of that name.
+    """
     return min(max_predictions_per_seq, max(1, int(round(num_tokens * masked_lm_prob))))
 
 
@@ -27,6 +32,10 @@ def candidate_indexes(tokens, do_whole_word_mask=False):
 
     With whole-word masking a `##` piece joins the previous list (even across [SEP], as in the
     original, though a `##` piece never follows [SEP] in practice).
+
+    Args:
+        tokens: the instance's token strings, [CLS] a [SEP] b [SEP].
+        do_whole_word_mask: group `##` pieces with their word.
     """
     cand = []
     for i, token in enumerate(tokens):
@@ -47,6 +56,13 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
     (< 0.8 -> [MASK]), else one more `random()` (< 0.5 -> keep, else a random vocab word drawn
     with `randint(0, len(vocab_words) - 1)`). With `whole_word_mask_per_word` those draws happen
     once per word and a random replacement draws one word per piece.
+
+    Args:
+        tokens: the instance's token strings, [CLS] a [SEP] b [SEP].
+        masked_lm_prob, max_predictions_per_seq: the flags of that name.
+        vocab_words: the vocab's tokens in file order (random replacements).
+        rng: the `random.Random` everything in mode `original` draws from.
+        do_whole_word_mask, whole_word_mask_per_word: the flags of that name.
     """
     per_word = whole_word_mask_per_word
     cand = candidate_indexes(tokens, do_whole_word_mask or per_word)
