@@ -6,8 +6,9 @@ import bert_tf
 import tensorflow as tf
 
 from bert_tf import BertError
+from bert_tf.pretraining_data.masking import BatchMasker
 from bert_tf.training.input_pipeline import (dynamic_mask, explain_data_error, list_files,
-                                             mask_candidates, pretraining_dataset, unmask)
+                                             pretraining_dataset)
 from conftest import CLS_ID, MASK_ID, SEP_ID, write_pretraining_records
 
 SEQ, PRED, VOCAB = 32, 5, 64
@@ -97,20 +98,66 @@ def test_training_stream_is_seeded_and_skippable(tmp_path):
     assert set(a) <= set(records) and a[:21] != records  # shuffled; epochs mix, as the original
 
 
-def test_mask_candidates_and_unmask():
-    ids = tf.constant([CLS_ID, 10, 11, SEP_ID, 20, 21, 22, SEP_ID, 0, 0])
-    mask = tf.constant([1, 1, 1, 1, 1, 1, 1, 1, 0, 0])
-    types = tf.constant([0, 0, 0, 0, 1, 1, 1, 1, 0, 0])
-    cand = mask_candidates(mask, types).numpy()
-    assert cand.tolist() == [False, True, True, False, True, True, True, False, False, False]
-    # Single segment filling the whole sequence: the last token is the [SEP].
-    full = mask_candidates(tf.ones([4], tf.int32), tf.zeros([4], tf.int32)).numpy()
-    assert full.tolist() == [False, True, True, False]
-    masked = {"input_word_ids": tf.constant([CLS_ID, MASK_ID, 11, SEP_ID, 20, 9, 22, SEP_ID, 0, 0]),
-              "masked_lm_positions": tf.constant([1, 5, 0]),
-              "masked_lm_ids": tf.constant([10, 21, 0]),
-              "masked_lm_weights": tf.constant([1.0, 1.0, 0.0])}
-    np.testing.assert_array_equal(unmask(masked).numpy(), ids.numpy())
+def _batch(rows, max_pred=3):
+    """Model-input dict of unpadded (ids, segment ids, stored masks {position: label}) rows."""
+    seq = max(len(ids) for ids, _, _ in rows)
+    pad = lambda v, n: list(v) + [0] * (n - len(v))
+    return {
+        "input_word_ids": tf.constant([pad(ids, seq) for ids, _, _ in rows]),
+        "input_mask": tf.constant([pad([1] * len(ids), seq) for ids, _, _ in rows]),
+        "input_type_ids": tf.constant([pad(types, seq) for _, types, _ in rows]),
+        "masked_lm_positions": tf.constant([pad(sorted(m), max_pred) for _, _, m in rows]),
+        "masked_lm_ids": tf.constant([pad([m[p] for p in sorted(m)], max_pred)
+                                      for _, _, m in rows]),
+        "masked_lm_weights": tf.constant([pad([1.0] * len(m), max_pred) for _, _, m in rows]),
+        "next_sentence_labels": tf.zeros([len(rows)], tf.int32)}
+
+
+def test_dynamic_mask_unmasks_and_never_picks_cls_sep_or_padding():
+    # Two segments (stored mask at 1 and 5), one segment + padding, one segment filling the row.
+    rows = [([CLS_ID, MASK_ID, 11, SEP_ID, 20, MASK_ID, 22, SEP_ID], [0] * 4 + [1] * 4,
+             {1: 10, 5: 21}),
+            ([CLS_ID, 30, 31, 32, SEP_ID], [0] * 5, {}),
+            ([CLS_ID, 40, 41, 42, 43, 44, 45, SEP_ID], [0] * 8, {3: 42})]
+    unmasked = [[CLS_ID, 10, 11, SEP_ID, 20, 21, 22, SEP_ID], [CLS_ID, 30, 31, 32, SEP_ID, 0, 0, 0],
+                [CLS_ID, 40, 41, 42, 43, 44, 45, SEP_ID]]
+    # masked_lm_prob 1: every candidate is predicted, so the positions are the candidates.
+    masker = BatchMasker(None, 8, 8, 1.0, vocab_size=VOCAB, mask_id=MASK_ID,
+                         count_special_tokens=False)
+    out = {k: v.numpy() for k, v in dynamic_mask(_batch(rows, 8), masker, 1, 0, 0).items()}
+    want = [[1, 2, 4, 5, 6], [1, 2, 3], [1, 2, 3, 4, 5, 6]]
+    for j, pos in enumerate(want):
+        w = out["masked_lm_weights"][j]
+        assert w.tolist() == [1.0] * len(pos) + [0.0] * (8 - len(pos))
+        assert out["masked_lm_positions"][j].tolist() == pos + [0] * (8 - len(pos))
+        assert out["masked_lm_ids"][j][:len(pos)].tolist() == [unmasked[j][p] for p in pos]
+        rest = [p for p in range(8) if p not in pos]
+        assert out["input_word_ids"][j][rest].tolist() == [unmasked[j][p] for p in rest]
+    assert out["input_word_ids"].dtype == np.int32 and out["masked_lm_weights"].dtype == np.float32
+
+
+def test_dynamic_mask_is_keyed_by_seed_and_batch_index():
+    # Pins BatchMasker's output for a numpy Generator seeded with (seed, pipeline, batch index):
+    # a resumed run depends on it; an intended change of the draws updates these numbers.
+    rows = [([CLS_ID, 5, 6, 7, 8, SEP_ID], [0] * 6, {}),
+            ([CLS_ID, 9, MASK_ID, SEP_ID, 11, 12, 13, SEP_ID], [0] * 4 + [1] * 4, {2: 10})]
+    masker = BatchMasker(None, 8, 3, 0.15, vocab_size=VOCAB, mask_id=MASK_ID,
+                         count_special_tokens=False)
+    got = lambda seed, batch: {k: v.numpy().tolist() for k, v in dynamic_mask(
+        _batch(rows), masker, seed, 0, batch).items()}
+    a = got(3, 0)
+    assert a == got(3, 0)
+    # 4 and 5 candidates * 0.15 -> round -> 1 prediction each (at least one, as the original).
+    assert a["masked_lm_weights"] == [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    assert a["masked_lm_positions"] == [[1, 0, 0], [2, 0, 0]]
+    assert a["masked_lm_ids"] == [[5, 0, 0], [10, 0, 0]]
+    assert a["input_word_ids"] == [[CLS_ID, MASK_ID, 6, 7, 8, SEP_ID, 0, 0],
+                                   [CLS_ID, 9, MASK_ID, SEP_ID, 11, 12, 13, SEP_ID]]
+    b = got(3, 1)
+    assert b["masked_lm_positions"] == [[4, 0, 0], [1, 0, 0]]
+    assert b["input_word_ids"] == [[CLS_ID, 5, 6, 7, 37, SEP_ID, 0, 0],
+                                   [CLS_ID, MASK_ID, 10, SEP_ID, 11, 12, 13, SEP_ID]]
+    assert got(4, 0)["masked_lm_positions"] == [[4, 0, 0], [6, 0, 0]]
 
 
 def test_dynamic_masking_statistics(tmp_path):
@@ -181,23 +228,26 @@ def test_dynamic_masking_differs_per_epoch(tmp_path):
 
 
 def unmask_np(batch):
-    return np.stack([unmask({k: tf.constant(v[j]) for k, v in batch.items()}).numpy()
-                     for j in range(len(batch["input_word_ids"]))])
+    ids = batch["input_word_ids"].copy()
+    for j, (pos, labels, w) in enumerate(zip(batch["masked_lm_positions"], batch["masked_lm_ids"],
+                                             batch["masked_lm_weights"])):
+        ids[j, pos[w > 0]] = labels[w > 0]
+    return ids
 
 
-def test_dynamic_mask_single_example_is_deterministic():
-    f = {"input_word_ids": tf.constant([CLS_ID, 5, 6, 7, 8, SEP_ID, 0, 0]),
-         "input_mask": tf.constant([1, 1, 1, 1, 1, 1, 0, 0]),
-         "input_type_ids": tf.zeros([8], tf.int32),
-         "masked_lm_positions": tf.zeros([3], tf.int32), "masked_lm_ids": tf.zeros([3], tf.int32),
-         "masked_lm_weights": tf.zeros([3]), "next_sentence_labels": tf.constant(0)}
-    a = dynamic_mask(f, tf.constant([1, 2], tf.int64), 3, VOCAB, MASK_ID)
-    b = dynamic_mask(f, tf.constant([1, 2], tf.int64), 3, VOCAB, MASK_ID)
-    for k in a:
-        np.testing.assert_array_equal(a[k].numpy(), b[k].numpy())
-    # 4 candidates * 0.15 = 0.6 -> round -> 1 prediction (at least one, as the original).
-    assert a["masked_lm_weights"].numpy().tolist() == [1.0, 0.0, 0.0]
-    assert 1 <= int(a["masked_lm_positions"][0]) <= 4
+def test_dynamic_masking_resumes_identically_with_static_shapes(tmp_path):
+    for i in range(3):
+        write_pretraining_records(tmp_path / f"r-{i}.tfrecord", 7, seed=30 + i)
+    pattern = str(tmp_path / "r-*.tfrecord")
+    ds = lambda **kw: _ds(pattern, is_training=True, seed=5, dynamic_masking=True,
+                          vocab_size=VOCAB, mask_id=MASK_ID, **kw)
+    specs = tf.nest.flatten(ds().element_spec)
+    assert all(s.shape.is_fully_defined() for s in specs), ds().element_spec
+    a = _collect(ds(), 12)  # > 2 epochs of 21 records
+    b = _collect(ds(skip_batches=5), 7)
+    for x, y in zip(a[5:], b):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
 
 
 # ---- validation: pre-flight, in-graph checks, corrupt records ------------------------------

@@ -3,7 +3,8 @@
   schema     feature names, `feature_spec(max_seq_length, max_predictions_per_seq)`, serialisers
   documents  input files/globs/gzip/tfds -> documents (lists of sentences)
   masking    masked-LM selection: the original's algorithm on tokens (mode `original`, its exact
-             random stream) and BatchMasker, the vectorised one (streaming and Beam)
+             random stream) and BatchMasker, the vectorised one (streaming and Beam, and
+             run_pretraining.py --dynamic_masking)
   instances  per-document pairs (chunking / NSP / truncation) + batch masking and encoding,
              shared by streaming and Beam
   original   mode `original`: the original release's algorithm and random stream, exactly

@@ -59,10 +59,13 @@ class MakeRecords(beam.DoFn):
         self.cfg = cfg
 
     def setup(self):
+        """Per worker, once: the tokenizer (its word cache lives as long as the worker)."""
         cfg = self.cfg
         self.tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
 
     def process(self, task):
+        """Runs one piece (`streaming.run_shard`): yields its framed record chunks, then its
+        stats dict tagged `STATS_TAG`."""
         chunks = []
         stats = streaming_lib.run_shard(task, self.cfg, self.tokenizer, chunks.append)
         for message in chunks:
@@ -85,21 +88,32 @@ class _FramedSink(filebasedsink.FileBasedSink):
 
 
 class SumStats(beam.CombineFn):
+    """Sums the pieces' stats dicts (`stats.COUNTERS` -> int) into one."""
+
     def create_accumulator(self):
+        """All counters 0."""
         return dict.fromkeys(COUNTERS, 0)
 
     def add_input(self, acc, value):
+        """Adds one stats dict to the accumulator (in place).
+
+        Args:
+            acc: the accumulator (a stats dict).
+            value: a piece's stats dict.
+        """
         for k in COUNTERS:
             acc[k] += value[k]
         return acc
 
     def merge_accumulators(self, accumulators):
+        """The sum of several accumulators."""
         out = self.create_accumulator()
         for acc in accumulators:
             self.add_input(out, acc)
         return out
 
     def extract_output(self, acc):
+        """The accumulator itself: the summed stats dict."""
         return acc
 
 
@@ -109,7 +123,16 @@ def _write_json(data, path):
 
 
 def build(pipeline, cfg, tasks, output_prefix, num_shards, stats_path):
-    """Add the pipeline's transforms; the stats counters end up as JSON in `stats_path`."""
+    """Add the pipeline's transforms; the stats counters end up as JSON in `stats_path`.
+
+    Args:
+        pipeline: the `beam.Pipeline` to add to.
+        cfg: the `streaming.StreamConfig` every piece is made with.
+        tasks: the pieces (`plan_pieces`).
+        output_prefix: the records go to `<output_prefix>-SSSSS-of-NNNNN`.
+        num_shards: output files (0: the runner chooses).
+        stats_path: where the summed stats JSON is written.
+    """
     made = (pipeline
             | "Pieces" >> beam.Create(tasks)
             | "SpreadPieces" >> beam.Reshuffle()
@@ -127,7 +150,15 @@ def _check_crc32c():
 
 
 def run(cfg, input_files, output_prefix, num_shards, stats_path, runner, beam_args):
-    """Build and run the pipeline (blocking); returns the Stats of what was written."""
+    """Build and run the pipeline (blocking); returns the Stats of what was written.
+
+    Args:
+        cfg: the `streaming.StreamConfig`.
+        input_files: the input text files (cut into pieces by size).
+        output_prefix, num_shards, stats_path: as for `build`.
+        runner: Beam runner name (`--runner`).
+        beam_args: the runner's own pipeline options, passed through.
+    """
     from apache_beam.options.pipeline_options import PipelineOptions
     _check_crc32c()
     args = list(beam_args)
@@ -143,8 +174,13 @@ def run(cfg, input_files, output_prefix, num_shards, stats_path, runner, beam_ar
 
 
 def written_files(output_prefix, since=0.0):
-    """The shards the pipeline wrote for `output_prefix` (its default name template) at or
-    after time `since` (older shards of another shard count may share the prefix)."""
+    """The shards the pipeline wrote for `output_prefix` (its default name template).
+
+    Args:
+        output_prefix: the pipeline's output prefix.
+        since: a time.time(); files last modified before it (older shards of another shard
+            count may share the prefix) are left out.
+    """
     matches = FileSystems.match([output_prefix + "-?????-of-?????"])[0].metadata_list
     return sorted(m.path for m in matches if m.last_updated_in_seconds >= since - 2)
 

@@ -7,8 +7,12 @@ from bert_tf import BertError
 def options_from_flags(flag_values, extra_args=()):
     """absl FLAGS -> Options (every field but beam_args and progress is a flag of that name).
 
-    `extra_args`: the command line's flags that absl did not know; with --runner they are Beam
-    pipeline options, otherwise an error. --runner implies --mode=beam.
+    --runner implies --mode=beam.
+
+    Args:
+        flag_values: the parsed absl FLAGS.
+        extra_args: the command line's flags that absl did not know; with --runner they are
+            Beam pipeline options, otherwise an error.
     """
     from bert_tf import script_flags
     from bert_tf.pretraining_data.options import Options

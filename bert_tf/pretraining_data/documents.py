@@ -16,6 +16,7 @@ is_local = fileio.is_local
 
 
 def is_gzip(path):
+    """True for a `.gz` file (read decompressed; cannot be cut into byte ranges)."""
     return path.endswith(".gz")
 
 
@@ -26,6 +27,7 @@ def expand_input_patterns(input_file):
 
 
 def file_size(path):
+    """Size in bytes (local without TensorFlow, else `tf.io.gfile`)."""
     import os
     if is_local(path):
         return os.path.getsize(path)
@@ -110,8 +112,14 @@ def iter_range_documents(path, lo, hi, offsets=False):
 
     A document starts at byte 0 or at the blank line in front of it, so every document belongs
     to exactly one range however the file is cut, and a range never needs the whole file.
-    Yields (document, bytes_consumed_since_last_yield), or with `offsets` (document, byte offset
-    of its first line): a key that does not depend on how the file was cut.
+    Args:
+        path: an uncompressed text file.
+        lo, hi: the byte range.
+        offsets: yield each document's byte offset instead of the bytes consumed.
+
+    Yields:
+        (document, bytes_consumed_since_last_yield), or with `offsets` (document, byte offset
+        of its first line): a key that does not depend on how the file was cut.
     """
     f = open_binary(path)
     try:
@@ -164,7 +172,14 @@ def split_sentences(text):
 
 
 def iter_tfds_documents(name, split="train", data_dir=None, text_key="text"):
-    """Documents from a tensorflow-datasets text dataset (e.g. `wikipedia/20230601.en`)."""
+    """Documents from a tensorflow-datasets text dataset (e.g. `wikipedia/20230601.en`).
+
+    Args:
+        name: the tfds dataset name (`--tfds_dataset`).
+        split: the split (a string or a `tfds.even_splits` object).
+        data_dir: tfds's data directory (None: its default).
+        text_key: the feature holding the text; it is cut into sentences by `split_sentences`.
+    """
     import tensorflow_datasets as tfds
     try:
         ds = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)

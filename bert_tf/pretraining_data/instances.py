@@ -30,10 +30,12 @@ class InstanceMaker:
     def pairs(self, doc, partners):
         """(tokens_a, tokens_b, is_random_next) of one pass over `doc`, truncated to fit.
 
-        `doc` and each partner are `pack_document` pairs (ids, sentence offsets), so a chunk's
-        end and a random segment's end are found by bisection, not sentence by sentence.
-        `partners`: a sequence of other documents to draw random-next segments from; when it
-        is empty (a single-document corpus) the document itself is used, and counted.
+        Args:
+            doc: a `pack_document` pair (ids, sentence offsets), so a chunk's end and a random
+                segment's end are found by bisection, not sentence by sentence.
+            partners: a sequence of other documents (the same pairs) to draw random-next
+                segments from; when it is empty (a single-document corpus) the document
+                itself is used, and counted.
         """
         rand = self.rng.random
         max_num_tokens = self.max_seq_length - 3
@@ -111,6 +113,7 @@ def pack_document(sentences):
 
 
 def num_sentences(doc):
+    """Sentences of a `pack_document` pair."""
     return len(doc[1]) - 1
 
 
@@ -131,7 +134,13 @@ class RecordMaker:
         self.encoder = BatchEncoder(cfg.max_seq_length, cfg.max_predictions_per_seq)
 
     def records(self, pairs, gen, stats):
-        """Serialized tf.train.Example records of `pairs`, masked with numpy Generator `gen`."""
+        """Serialized tf.train.Example records of `pairs`, masked with numpy Generator `gen`.
+
+        Args:
+            pairs: [(tokens_a ids, tokens_b ids, is_random_next)] (`InstanceMaker.pairs`).
+            gen: the numpy Generator the masking draws from.
+            stats: a `Stats`, counted into.
+        """
         if not pairs:
             return []
         return self.encoder.encode(*self.masker.mask(pairs, gen, stats))

@@ -1,4 +1,9 @@
-"""Masked-LM position selection on token strings (the original mode's algorithm, exactly).
+"""Masked-LM selection: the original mode's algorithm on token strings, and `BatchMasker`.
+
+`create_masked_lm_predictions` is the original's algorithm exactly (its random stream too).
+`BatchMasker` is the vectorised one (numpy, many packed rows at once): the streaming and Beam
+modes of create_pretraining_data.py mask with it, and so does run_pretraining.py's
+`--dynamic_masking` (input_pipeline), every time it reads a batch.
 
 `whole_word_mask_per_word` is this project's fix for google-research/bert#910: with the
 original `do_whole_word_mask`, the pieces of a chosen word are all masked, but the 80/10/10
@@ -6,13 +11,19 @@ original `do_whole_word_mask`, the pieces of a chosen word are all masked, but t
 """
 import collections
 
+from bert_tf import BertError
 from bert_tf.tokenization import CLS, MASK, SEP
 
 MaskedLm = collections.namedtuple("MaskedLm", ["index", "label"])
 
 
 def num_to_predict(num_tokens, masked_lm_prob, max_predictions_per_seq):
-    """min(max_predictions, max(1, round(n * prob))), n counting [CLS]/[SEP] (Python 3 round)."""
+    """min(max_predictions, max(1, round(n * prob))), n counting [CLS]/[SEP] (Python 3 round).
+
+    Args:
+        num_tokens: tokens of the instance, [CLS]/[SEP] included.
+        masked_lm_prob, max_predictions_per_seq: the flags of that name.
+    """
     return min(max_predictions_per_seq, max(1, int(round(num_tokens * masked_lm_prob))))
 
 
@@ -21,6 +32,10 @@ def candidate_indexes(tokens, do_whole_word_mask=False):
 
     With whole-word masking a `##` piece joins the previous list (even across [SEP], as in the
     original, though a `##` piece never follows [SEP] in practice).
+
+    Args:
+        tokens: the instance's token strings, [CLS] a [SEP] b [SEP].
+        do_whole_word_mask: group `##` pieces with their word.
     """
     cand = []
     for i, token in enumerate(tokens):
@@ -41,6 +56,13 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
     (< 0.8 -> [MASK]), else one more `random()` (< 0.5 -> keep, else a random vocab word drawn
     with `randint(0, len(vocab_words) - 1)`). With `whole_word_mask_per_word` those draws happen
     once per word and a random replacement draws one word per piece.
+
+    Args:
+        tokens: the instance's token strings, [CLS] a [SEP] b [SEP].
+        masked_lm_prob, max_predictions_per_seq: the flags of that name.
+        vocab_words: the vocab's tokens in file order (random replacements).
+        rng: the `random.Random` everything in mode `original` draws from.
+        do_whole_word_mask, whole_word_mask_per_word: the flags of that name.
     """
     per_word = whole_word_mask_per_word
     cand = candidate_indexes(tokens, do_whole_word_mask or per_word)
@@ -79,41 +101,135 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
     return output_tokens, [m.index for m in masked], [m.label for m in masked]
 
 
+Masked = collections.namedtuple("Masked", ["ids", "positions", "labels", "weights", "kinds"])
+KEPT, AS_MASK, AS_RANDOM = 1, 2, 3  # `kinds`; 0 = padding (a random draw of the label is KEPT)
+
+
 class BatchMasker:
-    """Masked-LM selection for many instances at once (numpy): streaming and Beam modes.
+    """Masked-LM selection for many packed rows at once (numpy): the streaming and Beam modes
+    of create_pretraining_data.py and run_pretraining.py's `--dynamic_masking`.
 
     The original's algorithm in distribution, for all three variants: candidates (real tokens,
     grouped into words with `##` pieces when `whole_word`) are visited in a uniformly random
     order; a group is taken if it still fits into k = num_to_predict(n) (else skipped) until
     k are taken. Each taken token becomes [MASK] (80 %), stays (10 %) or becomes a uniformly
     drawn vocab entry (10 %), decided per token or, with `per_word`, once per word. Draws come
-    from a numpy PCG64 seeded by the caller, so the output is deterministic.
+    from a numpy Generator seeded by the caller, so the output is deterministic.
+
+    Without `vocab` (dynamic masking) the ids come from the keyword arguments, a random
+    replacement is uniform over [0, vocab_size) and whole-word masking is unavailable (it needs
+    the vocab to find `##` pieces).
 
     Args:
-        vocab: token -> id.
-        max_seq_length, max_predictions_per_seq, masked_lm_prob: the flags of that name.
+        vocab: token -> id, or None (then `vocab_size` and `mask_id` are required).
+        max_seq_length: row length of the packed ids.
+        max_predictions_per_seq: width of the positions / labels / weights.
+        masked_lm_prob: fraction of the tokens to predict (before the caps).
         whole_word: group `##` pieces with their word (`--do_whole_word_mask`).
         per_word: one 80/10/10 decision per word (`--whole_word_mask_per_word`, implies
             whole_word).
+        vocab_size: random replacements are drawn from [0, vocab_size) (without `vocab`).
+        mask_id, cls_id, sep_id: ids of [MASK], [CLS], [SEP] (without `vocab`); [CLS] and [SEP]
+            are needed by `mask` only (`mask_packed` finds them from the packing).
+        count_special_tokens: k counts [CLS]/[SEP] as the original (True) or is a fraction of
+            the candidates only (False: run_pretraining.py's dynamic masking).
     """
 
     def __init__(self, vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob,
-                 whole_word=False, per_word=False):
+                 whole_word=False, per_word=False, *, vocab_size=None, mask_id=None,
+                 cls_id=None, sep_id=None, count_special_tokens=True):
         import numpy as np
         self.np = np
         self.seq, self.preds, self.prob = max_seq_length, max_predictions_per_seq, masked_lm_prob
         self.whole_word, self.per_word = whole_word or per_word, per_word
-        self.cls, self.sep, self.mask_id = vocab[CLS], vocab[SEP], vocab[MASK]
-        self.random_ids = np.array(list(vocab.values()), dtype=np.int64)  # uniform over lines
-        self.is_continuation = np.zeros(max(vocab.values()) + 1, bool)
-        for token, i in vocab.items():
-            if token.startswith("##"):
-                self.is_continuation[i] = True
+        self.count_special_tokens = count_special_tokens
+        self.is_continuation = None
+        if vocab is not None:
+            self.cls, self.sep, self.mask_id = vocab[CLS], vocab[SEP], vocab[MASK]
+            self.random_ids = np.array(list(vocab.values()), dtype=np.int64)  # uniform over lines
+            self.is_continuation = np.zeros(max(vocab.values()) + 1, bool)
+            for token, i in vocab.items():
+                if token.startswith("##"):
+                    self.is_continuation[i] = True
+            return
+        if vocab_size is None or mask_id is None:
+            raise BertError("BatchMasker: needs a vocab, or vocab_size and mask_id")
+        if self.whole_word:
+            raise BertError("BatchMasker: whole-word masking needs the vocab (to find ## pieces)")
+        self.cls, self.sep, self.mask_id = cls_id, sep_id, mask_id
+        self.random_ids = np.arange(vocab_size, dtype=np.int64)
+
+    def num_to_predict(self, n, len_a):
+        """Predictions per row, k (before the whole-word greedy fit).
+
+        Args:
+            n: int [rows], tokens per row ([CLS]/[SEP] included).
+            len_a: int [rows], tokens of segment A (n - 2: one segment, no B).
+        """
+        np = self.np
+        count = n if self.count_special_tokens else self._num_candidates(n, len_a)
+        return np.minimum(self.preds, np.maximum(1, np.round(count * self.prob).astype(np.int64)))
+
+    def _num_candidates(self, n, len_a):
+        """n - 3 ([CLS] a [SEP] b [SEP]), or n - 2 for one segment ([CLS] a [SEP])."""
+        np = self.np
+        return np.maximum(0, np.where(len_a >= n - 2, n - 2, n - 3))
+
+    def mask_packed(self, ids, n, len_a, gen):
+        """Masks packed rows in place; returns `Masked(ids, positions, labels, weights, kinds)`.
+
+        Positions are sorted, 0-padded like the labels; weights are 1.0 per prediction;
+        kinds say what became of each (`AS_MASK`, `KEPT`, `AS_RANDOM`; 0 = padding).
+
+        Args:
+            ids: int [rows, max_seq_length], each row [CLS] a [SEP] b [SEP] (or [CLS] a [SEP])
+                then padding; masked in place.
+            n: int [rows], tokens per row.
+            len_a: int [rows], len(a) (n - 2 for rows without b).
+            gen: the numpy Generator to draw from.
+        """
+        np, seq, preds = self.np, self.seq, self.preds
+        rows = len(ids)
+        n, la = np.asarray(n, np.int64), np.asarray(len_a, np.int64)
+        k = self.num_to_predict(n, la)
+        rows_c = np.arange(rows)[:, None]
+        if self.whole_word:
+            pos, word = self._whole_words(ids, la[:, None], n[:, None], k, gen)
+        else:
+            pos, word = self._tokens(la, n, k, gen), None
+        valid = pos < seq
+        pos = np.where(valid, pos, 0)
+        labels = np.where(valid, ids[rows_c, pos], 0)
+        if self.per_word:  # one draw per word slot
+            u = gen.random((rows, seq))[rows_c, np.minimum(word, seq - 1)]
+            u = np.take_along_axis(u, pos, axis=1)
+        else:
+            u = gen.random((rows, preds))
+        replacement = self.random_ids[gen.integers(0, len(self.random_ids), (rows, preds))]
+        as_mask = valid & (u < 0.8)
+        as_random = valid & (u >= 0.9)
+        new = np.where(as_mask, self.mask_id, np.where(as_random, replacement, labels))
+        r, c = np.nonzero(valid)
+        ids[r, pos[r, c]] = new[r, c]
+        kinds = np.where(as_mask, AS_MASK, np.where(
+            as_random & (replacement != labels), AS_RANDOM, np.where(valid, KEPT, 0)))
+        return Masked(ids, pos, labels, valid.astype(np.float32), kinds.astype(np.int8))
 
     def mask(self, pairs, gen, stats):
-        """[(tokens_a ids, tokens_b ids, is_random_next)] -> padded arrays for BatchEncoder:
-        (ids, n, num_segment_a, positions, labels, m, is_random_next); counts into `stats`."""
-        np, seq, preds = self.np, self.seq, self.preds
+        """Packs and masks pairs: the padded arrays `schema.BatchEncoder.encode` takes.
+
+        Args:
+            pairs: [(tokens_a ids, tokens_b ids, is_random_next)].
+            gen: the numpy Generator to draw from.
+            stats: a `stats.Stats`, counted into.
+
+        Returns:
+            (ids, n, num_segment_a, positions, labels, m, is_random_next): [rows, seq] ids,
+            [rows, preds] positions and labels, the rest [rows].
+        """
+        np, seq = self.np, self.seq
+        if self.cls is None or self.sep is None:
+            raise BertError("BatchMasker.mask: needs cls_id and sep_id (or a vocab)")
         rows = len(pairs)
         flat, lengths, nsp = [], [], []
         cls, sep = self.cls, self.sep
@@ -129,36 +245,14 @@ class BatchMasker:
         lengths = np.array(lengths, np.int64).reshape(rows, 2)
         la, lb, nsp = lengths[:, 0], lengths[:, 1], np.array(nsp, bool)
         n = la + lb + 3
-        col = np.arange(seq)[None, :]
-        la_c, n_c = la[:, None], n[:, None]
         ids = np.zeros((rows, seq), np.int64)
-        ids[col < n_c] = np.fromiter(flat, np.int64, len(flat))  # row-major: rows back to back
+        ids[np.arange(seq)[None, :] < n[:, None]] = np.fromiter(flat, np.int64, len(flat))
+        out = self.mask_packed(ids, n, la, gen)
 
-        k = np.minimum(preds, np.maximum(1, np.round(n * self.prob).astype(np.int64)))
-        rows_c = np.arange(rows)[:, None]
-        if self.whole_word:
-            pos, word = self._whole_words(ids, la_c, n_c, k, gen)
-        else:
-            pos, word = self._tokens(la_c, n, k, gen), None
-        valid = pos < seq
-        pos = np.where(valid, pos, 0)
-        labels = np.where(valid, ids[rows_c, pos], 0)
-        if self.per_word:  # one draw per word slot
-            u = gen.random((rows, seq))[rows_c, np.minimum(word, seq - 1)]
-            u = np.take_along_axis(u, pos, axis=1)
-        else:
-            u = gen.random((rows, preds))
-        replacement = self.random_ids[gen.integers(0, len(self.random_ids), (rows, preds))]
-        as_mask = valid & (u < 0.8)
-        as_random = valid & (u >= 0.9)
-        new = np.where(as_mask, self.mask_id, np.where(as_random, replacement, labels))
-        r, c = np.nonzero(valid)
-        ids[r, pos[r, c]] = new[r, c]
-
-        m = valid.sum(axis=1)
+        m = (out.kinds > 0).sum(axis=1)
         total_m, total_n = int(m.sum()), int(n.sum())
-        n_mask = int(as_mask.sum())
-        n_random = int((as_random & (replacement != labels)).sum())
+        n_mask = int((out.kinds == AS_MASK).sum())
+        n_random = int((out.kinds == AS_RANDOM).sum())
         n_next = int(nsp.sum())
         stats.instances += rows
         stats.tokens += total_n
@@ -169,24 +263,25 @@ class BatchMasker:
         stats.masked_kept += total_m - n_mask - n_random
         stats.nsp_random_next += n_next
         stats.nsp_actual_next += rows - n_next
-        return ids, n, la + 2, pos, labels, m, nsp
+        return out.ids, n, la + 2, out.positions, out.labels, m, nsp
 
-    def _tokens(self, la_c, n, k, gen):
+    def _tokens(self, la, n, k, gen):
         """Sorted positions (padded with seq) of k tokens drawn uniformly from the candidates."""
         np, seq = self.np, self.seq
         rows = len(n)
-        k = np.minimum(k, n - 3)  # n - 3 candidates: a, then b
+        cand = self._num_candidates(n, la)  # a, then b
+        k = np.minimum(k, cand)
         col = np.arange(seq)[None, :]
         keys = gen.random((rows, seq))
-        keys[col >= (n - 3)[:, None]] = 2.0  # candidate slots first, in random order
-        width = int(k.max())
-        if width < seq:  # the `width` smallest keys, then their order
+        keys[col >= cand[:, None]] = 2.0  # candidate slots first, in random order
+        width = int(k.max()) if rows else 0
+        if 0 < width < seq:  # the `width` smallest keys, then their order
             part = np.argpartition(keys, width - 1, axis=1)[:, :width]
             slots = np.take_along_axis(
                 part, np.argsort(np.take_along_axis(keys, part, axis=1), axis=1), axis=1)
         else:
             slots = np.argsort(keys, axis=1)
-        pos = slots + 1 + (slots >= la_c)  # slot -> position: skip [CLS] and the middle [SEP]
+        pos = slots + 1 + (slots >= la[:, None])  # slot -> position: skip [CLS], middle [SEP]
         pos = np.where(np.arange(slots.shape[1])[None, :] < k[:, None], pos, seq)
         pos.sort(axis=1)
         out = np.full((rows, self.preds), seq, np.int64)

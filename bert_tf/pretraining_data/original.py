@@ -19,6 +19,7 @@ from bert_tf.tokenization import CLS, MASK, SEP
 
 @dataclasses.dataclass
 class TrainingInstance:
+    """One instance as the original keeps it: masked token strings, before ids and padding."""
     tokens: list
     segment_ids: list
     masked_lm_positions: list
@@ -31,7 +32,12 @@ def read_documents(input_files, tokenizer, stats=None, extra_documents=()):
 
     As in the original, only a blank line ends a document: a file that does not end with a
     blank line continues into the next file. Empty documents are dropped (before the shuffle).
-    `extra_documents` (lists of sentence strings, e.g. from tfds) are appended as documents.
+
+    Args:
+        input_files: text files, one sentence per line, blank lines between documents.
+        tokenizer: a `FullTokenizer`.
+        stats: a `Stats` to count documents and sentences into, or None.
+        extra_documents: lists of sentence strings (e.g. from tfds), appended as documents.
     """
     all_documents = [[]]
     for path in input_files:
@@ -53,7 +59,13 @@ def read_documents(input_files, tokenizer, stats=None, extra_documents=()):
 def truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
     """Trim the longer side (b on ties), front or back at random, until the pair fits.
 
-    Returns the number of tokens removed.
+    Args:
+        tokens_a, tokens_b: the segments, trimmed in place.
+        max_num_tokens: max_seq_length - 3.
+        rng: the `random.Random` to draw the sides from.
+
+    Returns:
+        The number of tokens removed.
     """
     removed = 0
     while len(tokens_a) + len(tokens_b) > max_num_tokens:
@@ -70,7 +82,21 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
                                    masked_lm_prob, max_predictions_per_seq, vocab_words, rng,
                                    do_whole_word_mask=False, whole_word_mask_per_word=False,
                                    stats=None):
-    """All instances of one document for one pass (the original's draw order)."""
+    """All instances of one document for one pass (the original's draw order).
+
+    Args:
+        all_documents: every document (lists of token lists); random-next segments come from
+            them.
+        document_index: the document to cut.
+        max_seq_length, short_seq_prob, masked_lm_prob, max_predictions_per_seq: the flags.
+        vocab_words: the vocab's tokens in file order (random replacements).
+        rng: the `random.Random` everything draws from.
+        do_whole_word_mask, whole_word_mask_per_word: the flags of that name.
+        stats: a `Stats` to count into, or None.
+
+    Returns:
+        A list of `TrainingInstance`.
+    """
     document = all_documents[document_index]
     max_num_tokens = max_seq_length - 3
     target_seq_length = max_num_tokens
@@ -140,7 +166,21 @@ def create_training_instances(all_documents, tokenizer, max_seq_length, dupe_fac
                               short_seq_prob, masked_lm_prob, max_predictions_per_seq, rng,
                               do_whole_word_mask=False, whole_word_mask_per_word=False,
                               stats=None, progress=None):
-    """Shuffle documents, run `dupe_factor` passes, shuffle instances (mutates all_documents)."""
+    """Shuffle documents, run `dupe_factor` passes, shuffle instances (mutates all_documents).
+
+    Args:
+        all_documents: `read_documents`'s output (shuffled in place).
+        tokenizer: a `FullTokenizer` (its vocab gives the random replacements).
+        max_seq_length, dupe_factor, short_seq_prob, masked_lm_prob, max_predictions_per_seq:
+            the flags of that name.
+        rng: the `random.Random(random_seed)` everything draws from.
+        do_whole_word_mask, whole_word_mask_per_word: the flags of that name.
+        stats: a `Stats` to count into, or None.
+        progress: called with (documents done, instances so far) per document, or None.
+
+    Returns:
+        The shuffled list of `TrainingInstance`.
+    """
     rng.shuffle(all_documents)
     vocab_words = list(tokenizer.vocab.keys())
     instances = []
@@ -157,7 +197,13 @@ def create_training_instances(all_documents, tokenizer, max_seq_length, dupe_fac
 
 
 def instance_features(instance, tokenizer, max_seq_length, max_predictions_per_seq):
-    """TrainingInstance -> padded feature dict (the original's write_instance_to_example_files)."""
+    """TrainingInstance -> padded feature dict (the original's write_instance_to_example_files).
+
+    Args:
+        instance: a `TrainingInstance`.
+        tokenizer: a `FullTokenizer` (tokens -> ids).
+        max_seq_length, max_predictions_per_seq: the padded lengths.
+    """
     return pad_features(
         tokenizer.convert_tokens_to_ids(instance.tokens), instance.segment_ids,
         instance.masked_lm_positions, tokenizer.convert_tokens_to_ids(instance.masked_lm_labels),
@@ -165,7 +211,14 @@ def instance_features(instance, tokenizer, max_seq_length, max_predictions_per_s
 
 
 def write_instances(instances, tokenizer, max_seq_length, max_predictions_per_seq, writers):
-    """Round-robin over `writers` (objects with .write(bytes)), as the original."""
+    """Round-robin over `writers` (objects with .write(bytes)), as the original.
+
+    Args:
+        instances: `TrainingInstance`s, in output order.
+        tokenizer: a `FullTokenizer` (tokens -> ids).
+        max_seq_length, max_predictions_per_seq: the padded lengths.
+        writers: instance k goes to writers[k % len(writers)].
+    """
     for k, instance in enumerate(instances):
         features = instance_features(instance, tokenizer, max_seq_length, max_predictions_per_seq)
         writers[k % len(writers)].write(encode_example(features))
@@ -183,6 +236,12 @@ class DocProgress:
         self.bar = tqdm(total=total, unit="doc", desc="original", file=sys.stderr, mininterval=1.0)
 
     def update(self, docs, instances):
+        """Advances the bar.
+
+        Args:
+            docs: documents done since the last call.
+            instances: instances made so far (for the rate).
+        """
         if self.bar is None:
             return
         self.bar.update(docs)
@@ -190,5 +249,6 @@ class DocProgress:
         self.bar.set_postfix_str(f"{instances / elapsed:.0f} inst/s", refresh=False)
 
     def close(self):
+        """Closes the bar (if any)."""
         if self.bar is not None:
             self.bar.close()

@@ -16,10 +16,12 @@ from bert_tf.pretraining_data.options import MODES, Options  # noqa: F401  (API)
 from bert_tf.pretraining_data.stats import Stats, dumps
 
 def warn(message):
+    """Prints `warning: <message>` to stderr."""
     print(f"warning: {message}", file=sys.stderr)
 
 
 def validate(opts):
+    """Checks an `Options` before any work: a one-line BertError naming the bad flag."""
     if opts.mode not in MODES:
         raise BertError(f"--mode: must be one of {', '.join(MODES)}, got {opts.mode!r}")
     if not opts.input_file and not opts.tfds_dataset:

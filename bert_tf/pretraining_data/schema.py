@@ -21,7 +21,11 @@ FLOAT_FEATURES = frozenset({"masked_lm_weights"})
 
 
 def feature_lengths(max_seq_length, max_predictions_per_seq):
-    """Feature name -> fixed length."""
+    """Feature name -> fixed length.
+
+    Args:
+        max_seq_length, max_predictions_per_seq: the flags of that name.
+    """
     return {
         "input_ids": max_seq_length, "input_mask": max_seq_length, "segment_ids": max_seq_length,
         "masked_lm_positions": max_predictions_per_seq, "masked_lm_ids": max_predictions_per_seq,
@@ -30,7 +34,11 @@ def feature_lengths(max_seq_length, max_predictions_per_seq):
 
 
 def feature_spec(max_seq_length, max_predictions_per_seq):
-    """The `tf.io.parse_single_example` / `parse_example` spec for the pre-training records."""
+    """The `tf.io.parse_single_example` / `parse_example` spec for the pre-training records.
+
+    Args:
+        max_seq_length, max_predictions_per_seq: the records' fixed lengths.
+    """
     import tensorflow as tf
     return {
         name: tf.io.FixedLenFeature([length], tf.float32 if name in FLOAT_FEATURES else tf.int64)
@@ -40,7 +48,14 @@ def feature_spec(max_seq_length, max_predictions_per_seq):
 
 def pad_features(input_ids, segment_ids, masked_lm_positions, masked_lm_ids, is_random_next,
                  max_seq_length, max_predictions_per_seq):
-    """Unpadded instance -> dict of padded feature lists (original names, order and padding)."""
+    """Unpadded instance -> dict of padded feature lists (original names, order and padding).
+
+    Args:
+        input_ids, segment_ids: the instance's ids, [CLS] a [SEP] b [SEP].
+        masked_lm_positions, masked_lm_ids: the predictions, sorted by position.
+        is_random_next: the NSP label (True -> 1).
+        max_seq_length, max_predictions_per_seq: the padded lengths.
+    """
     n, m = len(input_ids), len(masked_lm_positions)
     if n > max_seq_length or len(segment_ids) != n:
         raise ValueError(f"instance has {n} tokens / {len(segment_ids)} segment ids; "
@@ -145,7 +160,12 @@ def encode_example(features):
 
 
 def parse_records(paths, max_seq_length, max_predictions_per_seq):
-    """Read TFRecord files -> list of dicts of numpy arrays (tests, stats, inspection)."""
+    """Read TFRecord files -> list of dicts of numpy arrays (tests, stats, inspection).
+
+    Args:
+        paths: a file or a list of files.
+        max_seq_length, max_predictions_per_seq: the records' fixed lengths.
+    """
     import tensorflow as tf
     spec = feature_spec(max_seq_length, max_predictions_per_seq)
     if isinstance(paths, str):
@@ -205,7 +225,14 @@ class RecordEncoder:
         return head
 
     def encode(self, input_ids, num_segment_a, masked_lm_positions, masked_lm_ids, is_random_next):
-        """input_ids unpadded; segment ids are 0 for the first `num_segment_a` tokens, then 1."""
+        """One instance -> a serialized record.
+
+        Args:
+            input_ids: unpadded ids.
+            num_segment_a: segment ids are 0 for the first `num_segment_a` tokens, then 1.
+            masked_lm_positions, masked_lm_ids: unpadded predictions.
+            is_random_next: the NSP label.
+        """
         seq, preds = self.max_seq_length, self.max_predictions_per_seq
         n, m = len(input_ids), len(masked_lm_positions)
         if n > seq or m > preds:
@@ -219,7 +246,16 @@ class RecordEncoder:
 
     def assemble(self, ids_packed, n, num_segment_a, lm_ids_packed, lm_pos_packed, m,
                  is_random_next):
-        """A record from already packed (and padded) varints of the three id features."""
+        """A record from already packed (and padded) varints of the three id features.
+
+        Args:
+            ids_packed, lm_ids_packed, lm_pos_packed: packed varints of input_ids,
+                masked_lm_ids and masked_lm_positions, padded.
+            n: real tokens (input_mask).
+            num_segment_a: tokens with segment id 0.
+            m: real predictions (masked_lm_weights).
+            is_random_next: the NSP label.
+        """
         seq, preds = self.max_seq_length, self.max_predictions_per_seq
         mask_entry = self._mask.get(n)
         if mask_entry is None:
@@ -324,8 +360,16 @@ class BatchEncoder:
         return [heads[payload], block], [head_valid, valid], head_len + payload
 
     def encode(self, ids, n, num_segment_a, positions, labels, m, is_random_next):
-        """Padded arrays ([rows, seq] ids; [rows, preds] positions/labels; [rows] n, a, m, nsp)
-        -> list of serialized tf.train.Example records (bytes)."""
+        """Padded arrays -> list of serialized tf.train.Example records (bytes).
+
+        Args:
+            ids: int [rows, seq], 0-padded.
+            n: int [rows], real tokens.
+            num_segment_a: int [rows], tokens with segment id 0.
+            positions, labels: int [rows, preds], 0-padded.
+            m: int [rows], real predictions.
+            is_random_next: bool [rows].
+        """
         np, seq, preds = self.np, self.seq, self.preds
         rows = len(n)
         col_s, col_p = np.arange(seq)[None, :], np.arange(preds)[None, :]

@@ -22,13 +22,27 @@ COUNTERS = (
 
 
 class Stats:
+    """The counters of `COUNTERS` as int attributes (0 unless given).
+
+    Args:
+        **values: initial counter values, by name.
+    """
+
     def __init__(self, **values):
         for name in COUNTERS:
             setattr(self, name, int(values.get(name, 0)))
 
     def add_instance(self, num_tokens, masked_positions, original_tokens, output_tokens,
                      is_random_next, mask_token):
-        """Count one instance; tokens may be strings or ids (same kind for both lists)."""
+        """Count one instance; tokens may be strings or ids (same kind for both lists).
+
+        Args:
+            num_tokens: tokens of the instance, [CLS]/[SEP] included.
+            masked_positions: its masked-LM positions.
+            original_tokens, output_tokens: the tokens before and after masking.
+            is_random_next: the NSP label.
+            mask_token: [MASK] (string or id, as the tokens).
+        """
         self.instances += 1
         self.tokens += num_tokens
         self.candidates += num_tokens - 3
@@ -47,18 +61,22 @@ class Stats:
             self.nsp_actual_next += 1
 
     def merge(self, other):
+        """Adds another Stats' counters into this one; returns self."""
         for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         return self
 
     def to_dict(self):
+        """Counter name -> value (picklable, JSON-able)."""
         return {name: getattr(self, name) for name in COUNTERS}
 
     @classmethod
     def from_dict(cls, data):
+        """A Stats from `to_dict`'s output (unknown keys ignored)."""
         return cls(**{k: v for k, v in data.items() if k in COUNTERS})
 
     def summary(self, seconds):
+        """The stats JSON's dict: the counters, timing and derived fractions."""
         d = self.to_dict()
         d["seconds"] = round(seconds, 3)
         d["instances_per_second"] = round(self.instances / seconds, 1) if seconds > 0 else None
@@ -72,6 +90,12 @@ class Stats:
         return d
 
     def summary_line(self, seconds, outputs):
+        """The one-line report printed at the end.
+
+        Args:
+            seconds: the run's wall time.
+            outputs: the number of files written.
+        """
         return (f"wrote {self.instances} instances ({self.tokens} tokens, {self.masked} masked, "
                 f"{_pct(self.nsp_random_next, self.instances)} random-next) from "
                 f"{self.documents} documents to {outputs} file(s) in {seconds:.1f}s "
@@ -87,4 +111,5 @@ def _pct(a, b):
 
 
 def dumps(data):
+    """The stats JSON text (indented, keys in insertion order, trailing newline)."""
     return json.dumps(data, indent=2, sort_keys=False) + "\n"

@@ -59,6 +59,7 @@ class StreamConfig:
 
 @dataclasses.dataclass
 class ShardTask:
+    """One output shard's input: its pieces, and where a one-document shard finds partners."""
     index: int
     pieces: list  # ("range", path, lo, hi) | ("file", path, size) | ("tfds", name, split, dir, key)
     size: int = 0  # bytes, for progress (0 when unknown)
@@ -66,6 +67,12 @@ class ShardTask:
 
 
 def shard_seed(random_seed, shard_index):
+    """The seed of shard `shard_index`'s `random.Random` and numpy Generator.
+
+    Args:
+        random_seed: `--random_seed`.
+        shard_index: the shard.
+    """
     digest = hashlib.sha256(f"bert_tf.streaming/{random_seed}/{shard_index}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
 
@@ -73,7 +80,12 @@ def shard_seed(random_seed, shard_index):
 # ---- planning ------------------------------------------------------------------------------
 
 def plan_file_shards(input_files, num_shards):
-    """Cut the concatenated input into `num_shards` byte ranges -> list of ShardTask."""
+    """Cut the concatenated input into `num_shards` byte ranges -> list of ShardTask.
+
+    Args:
+        input_files: the input files, in order (a .gz file goes whole to one shard).
+        num_shards: ranges to cut into.
+    """
     sizes = [docs_lib.file_size(p) for p in input_files]
     total = sum(sizes)
     bounds = [total * s // num_shards for s in range(num_shards + 1)]
@@ -97,6 +109,12 @@ def plan_file_shards(input_files, num_shards):
 
 
 def plan_tfds_shards(name, split, data_dir, text_key, num_shards):
+    """A tfds split cut into `num_shards` even sub-splits -> list of ShardTask.
+
+    Args:
+        name, split, data_dir, text_key: as for `documents.iter_tfds_documents`.
+        num_shards: sub-splits (`tfds.even_splits`).
+    """
     if num_shards == 1:
         splits = [split]
     else:
@@ -142,8 +160,14 @@ def _first_document(pieces, tokenizer):
 
 
 def run_shard(task, cfg, tokenizer, send):
-    """Make one shard; `send(message)` receives ("records", shard, framed bytes, records,
-    documents, input bytes). Returns the shard's Stats. Deterministic in (task, cfg)."""
+    """Make one shard; returns the shard's Stats. Deterministic in (task, cfg).
+
+    Args:
+        task: the `ShardTask`.
+        cfg: the `StreamConfig`.
+        tokenizer: an `IdTokenizer` for cfg's vocab.
+        send: called with ("records", shard, framed bytes, records, documents, input bytes).
+    """
     seed = shard_seed(cfg.random_seed, task.index)
     rng = random.Random(seed)
     rand = rng.random
@@ -273,8 +297,14 @@ def start_method():
 def run_tasks(tasks, cfg, num_workers, on_message):
     """Run shard tasks, in this process (num_workers <= 1) or in worker processes.
 
-    `on_message` gets ("records", shard, framed bytes, records, docs, bytes) and
-    ("done", shard, stats_dict, worker_peak_rss_mb or None), in order per shard. Raises BertError on the first failing shard (workers are stopped).
+    Raises BertError on the first failing shard (workers are stopped).
+
+    Args:
+        tasks: the `ShardTask`s to run.
+        cfg: the `StreamConfig`.
+        num_workers: processes (<= 1: this one).
+        on_message: gets ("records", shard, framed bytes, records, docs, bytes) and
+            ("done", shard, stats_dict, worker_peak_rss_mb or None), in order per shard.
     """
     if not tasks:
         return
@@ -352,6 +382,12 @@ class Progress:
                         desc="streaming", file=sys.stderr, mininterval=1.0)
 
     def update(self, docs, instances, nbytes):
+        """Advances the bar.
+
+        Args:
+            docs, instances: documents and instances done since the last call.
+            nbytes: input bytes done since the last call.
+        """
         if self.bar is None:
             return
         self.docs += docs
@@ -363,5 +399,6 @@ class Progress:
                                  refresh=False)
 
     def close(self):
+        """Closes the bar (if any)."""
         if self.bar is not None:
             self.bar.close()

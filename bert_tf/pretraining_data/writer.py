@@ -63,7 +63,12 @@ def _gfile():
 
 
 def check_writable(paths, flag="--output_file"):
-    """Create the output directories and prove they are writable (before any work is done)."""
+    """Create the output directories and prove they are writable (before any work is done).
+
+    Args:
+        paths: the output files.
+        flag: the flag they came from, named in the error.
+    """
     for directory in sorted({posixpath.dirname(p) or "." for p in paths}):
         probe = posixpath.join(directory, f".bert_tf-write-probe-{os.getpid()}")
         if is_local(directory):
@@ -86,6 +91,7 @@ def check_writable(paths, flag="--output_file"):
 
 
 def exists(path):
+    """Whether `path` exists (local without TensorFlow)."""
     if is_local(path):
         return os.path.exists(path)
     gfile, _ = _gfile()
@@ -93,6 +99,7 @@ def exists(path):
 
 
 def remove_quietly(path):
+    """Delete `path` if it exists; errors are ignored."""
     if is_local(path):
         try:
             os.remove(path)
@@ -123,6 +130,12 @@ def remove_stale_tmps(path):
 
 
 def rename_into_place(tmp, path):
+    """Rename `tmp` to `path`, replacing it (atomic on local file systems).
+
+    Args:
+        tmp: the finished temp file.
+        path: its final name.
+    """
     if is_local(path):
         os.replace(tmp, path)
         return
@@ -131,7 +144,12 @@ def rename_into_place(tmp, path):
 
 
 def write_text_atomic(path, text):
-    """Write text via a temp name + rename (local without TensorFlow)."""
+    """Write text via a temp name + rename (local without TensorFlow); returns `path`.
+
+    Args:
+        path: the file to write.
+        text: its contents (UTF-8).
+    """
     if not is_local(path):
         return fileio.write_text_atomic(path, text)
     tmp = tmp_name(path)
@@ -146,6 +164,7 @@ def write_text_atomic(path, text):
 
 
 def read_text(path):
+    """A UTF-8 file's text (local without TensorFlow)."""
     if is_local(path):
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -182,20 +201,28 @@ class RecordFile:
         self.count += 1
 
     def write_framed(self, data, count):
-        """Append `count` records already framed by `frame()` (one write per batch)."""
+        """Append records already framed by `frame()` (one write per batch).
+
+        Args:
+            data: the framed bytes.
+            count: records in them.
+        """
         self._file.write(data)
         self.count += count
 
     def close(self):
+        """Closes the temp file (idempotent)."""
         if self._file is not None:
             self._file.close()
             self._file = None
 
     def commit(self):
+        """Closes the temp file and renames it into place."""
         self.close()
         rename_into_place(self.tmp, self.path)
 
     def abort(self):
+        """Closes and deletes the temp file."""
         self.close()
         remove_quietly(self.tmp)
 
@@ -219,11 +246,13 @@ class RecordFiles:
         return len(self.files)
 
     def commit(self):
+        """Closes all, then renames all into place."""
         for f in self.files:
             f.close()
         for f in self.files:
             f.commit()
 
     def abort(self):
+        """Deletes all temp files."""
         for f in self.files:
             f.abort()

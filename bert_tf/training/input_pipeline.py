@@ -12,12 +12,17 @@ blocks of `shuffle_buffer_size`, repeated forever. All randomness is stateless a
 (not by TF's global seed) and the interleave is deterministic, so a restarted run can skip exactly
 the records it already consumed (`skip_batches`) and read the same stream as an uninterrupted one.
 
-Dynamic masking (RoBERTa style): the records' masks are undone (masked_lm_ids put back at their
-positions) and each read of an example draws a fresh mask: 15% of the real tokens that are not
-[CLS]/[SEP] (num = min(max_predictions, max(1, round(0.15 n))), as the original), of which 80%
-become [MASK], 10% a random id in [0, vocab_size), 10% stay. [CLS] is position 0 and [SEP]s are
-found from the packing ([CLS] A [SEP] B [SEP]): the last real token of each segment. Randomness is
-stateless, keyed by (seed, pipeline, record index), so it is reproducible and differs per epoch.
+Dynamic masking (RoBERTa style): each batch's stored masks are undone (masked_lm_ids put back
+at their positions) and the batch is masked afresh by `pretraining_data.masking.BatchMasker`, the
+implementation create_pretraining_data.py's streaming and Beam modes use: 15% of the real tokens
+that are not [CLS]/[SEP] (num = min(max_predictions, max(1, round(0.15 * candidates))); the
+offline data, like the original, counts [CLS]/[SEP] in n too), of which 80% become [MASK], 10% a
+random id in [0, vocab_size), 10% stay. [CLS] is position 0 and the [SEP]s are found from the
+packing ([CLS] A [SEP] B [SEP], A = the segment-0 tokens). The numpy Generator is seeded by
+(seed, pipeline, batch index), so the masks are reproducible, differ per epoch, and a resumed run
+(which skips the consumed batches) re-masks identically. It runs in Python (`tf.numpy_function`)
+on the input host: tf.data always runs on the host CPU, so this is fine on GPUs and TPU VMs (it
+never has to run inside a TPU graph).
 
 Validation: before anything is read, `preflight.check_pretraining_files` checks the leading
 records of every file (one-line `BertError`). While reading, every record is checked in-graph
@@ -32,30 +37,16 @@ import concurrent.futures
 import random
 import sys
 
+import numpy as np
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
+from bert_tf.pretraining_data.masking import BatchMasker
+from bert_tf.pretraining_data.schema import feature_spec
 from bert_tf.training.preflight import (REGENERATE, check_pretraining_files, check_ranges,
                                         explain_data_error)  # noqa: F401 (re-exported)
 
-try:
-    from bert_tf.pretraining_data.schema import feature_spec
-except ImportError:  # pragma: no cover - the schema module is part of the package
-    feature_spec = None
-
 MASKED_LM_PROB = 0.15
-
-
-def _feature_spec(max_seq_length, max_predictions_per_seq):
-    if feature_spec is not None:
-        return feature_spec(max_seq_length, max_predictions_per_seq)
-    ints = lambda n: tf.io.FixedLenFeature([n], tf.int64)
-    return {"input_ids": ints(max_seq_length), "input_mask": ints(max_seq_length),
-            "segment_ids": ints(max_seq_length),
-            "masked_lm_positions": ints(max_predictions_per_seq),
-            "masked_lm_ids": ints(max_predictions_per_seq),
-            "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
-            "next_sentence_labels": ints(1)}
 
 
 def list_files(file_pattern, flag="--input_file"):
@@ -78,64 +69,43 @@ def _to_model_inputs(parsed):
     }
 
 
-def unmask(features):
-    """Put masked_lm_ids back at masked_lm_positions (weight > 0): the unmasked input_word_ids."""
-    ids = features["input_word_ids"]
-    real = features["masked_lm_weights"] > 0
-    pos = tf.boolean_mask(features["masked_lm_positions"], real)
-    vals = tf.boolean_mask(features["masked_lm_ids"], real)
-    return tf.tensor_scatter_nd_update(ids, pos[:, None], vals)
+def _remask(masker, seed, pipeline_id, batch_index, ids, input_mask, type_ids, positions, labels,
+            weights):
+    """numpy: undo the records' masks, then mask the batch afresh (see `dynamic_mask`)."""
+    ids = ids.astype(np.int64)
+    real = weights > 0
+    ids[np.nonzero(real)[0], positions[real]] = labels[real]  # the unmasked ids
+    n = (input_mask > 0).sum(axis=1)
+    len_a = np.clip(((input_mask > 0) & (type_ids == 0)).sum(axis=1) - 2, 0, np.maximum(n - 2, 0))
+    gen = np.random.default_rng([int(seed) % (1 << 64), int(pipeline_id), int(batch_index)])
+    out = masker.mask_packed(ids, n, len_a, gen)
+    i32 = lambda a: a.astype(np.int32)
+    return i32(out.ids), i32(out.positions), i32(out.labels), out.weights
 
 
-def mask_candidates(input_mask, input_type_ids):
-    """bool [S]: real tokens that are neither [CLS] (position 0) nor a [SEP].
+def dynamic_mask(features, masker, seed, pipeline_id, batch_index):
+    """Re-mask a batch of `_to_model_inputs` dicts with `masker` (see the module docstring).
 
-    A [SEP] closes each segment: a real token whose successor is padding, the end, or in another
-    segment.
+    Args:
+        features: the batch; its masked_lm_* undo its stored masks.
+        masker: a `masking.BatchMasker` for the batch's shapes.
+        seed, pipeline_id, batch_index: seed the numpy Generator (int or scalar tensors).
+
+    Returns:
+        `features` with new input_word_ids and masked_lm_positions/ids/weights (static shapes).
     """
-    real = input_mask > 0
-    nxt_real = tf.concat([real[1:], [False]], 0)
-    nxt_type = tf.concat([input_type_ids[1:], input_type_ids[-1:]], 0)
-    is_sep = real & (~nxt_real | tf.not_equal(nxt_type, input_type_ids))
-    is_cls = tf.equal(tf.range(tf.shape(real)[0]), 0)
-    return real & ~is_sep & ~is_cls
-
-
-def dynamic_mask(features, seed, max_predictions_per_seq, vocab_size, mask_id,
-                 masked_lm_prob=MASKED_LM_PROB):
-    """Re-mask one example (dict as produced by `_to_model_inputs`); `seed`: int32/int64 [2]."""
-    ids = unmask(features)
-    cand = mask_candidates(features["input_mask"], features["input_type_ids"])
-    seq_len = tf.shape(ids)[0]
-    n_cand = tf.reduce_sum(tf.cast(cand, tf.int32))
-    # round() like Python 3's (half to even), as the original's int(round(n * prob)).
-    num = tf.cast(tf.round(tf.cast(n_cand, tf.float32) * masked_lm_prob), tf.int32)
-    num = tf.minimum(tf.minimum(tf.maximum(num, 1), max_predictions_per_seq), n_cand)
-    s_pick, s_kind, s_rand = tf.unstack(
-        tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 3))
-    # A uniformly random subset of `num` candidates: the top scores of iid uniforms.
-    scores = tf.where(cand, tf.random.stateless_uniform([seq_len], s_pick), -1.0)
-    k = min(max_predictions_per_seq, int(ids.shape[0]))  # static: FixedLenFeature
-    top = tf.math.top_k(scores, k=k).indices
-    chosen = tf.range(k) < num
-    positions = tf.sort(tf.where(chosen, top, seq_len))  # chosen first, ascending
-    valid = positions < seq_len
-    positions = tf.where(valid, positions, 0)
-    pad = max_predictions_per_seq - k
-    positions = tf.pad(positions, [[0, pad]])
-    valid = tf.pad(valid, [[0, pad]])
-    labels = tf.where(valid, tf.gather(ids, positions), 0)
-    kind = tf.random.stateless_uniform([max_predictions_per_seq], s_kind)
-    random_ids = tf.random.stateless_uniform([max_predictions_per_seq], s_rand, minval=0,
-                                             maxval=vocab_size, dtype=tf.int32)
-    new_tokens = tf.where(kind < 0.8, tf.cast(mask_id, tf.int32),
-                          tf.where(kind < 0.9, labels, random_ids))
-    upd_pos = tf.boolean_mask(positions, valid)
-    new_ids = tf.tensor_scatter_nd_update(ids, upd_pos[:, None],
-                                          tf.boolean_mask(new_tokens, valid))
+    names = ("input_word_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+    fn = lambda *args: _remask(masker, *args)
+    outs = tf.numpy_function(fn, [
+        tf.cast(seed, tf.int64), tf.cast(pipeline_id, tf.int64), tf.cast(batch_index, tf.int64),
+        features["input_word_ids"], features["input_mask"], features["input_type_ids"],
+        features["masked_lm_positions"], features["masked_lm_ids"],
+        features["masked_lm_weights"]], [tf.int32, tf.int32, tf.int32, tf.float32],
+        stateful=False)
     out = dict(features)
-    out.update(input_word_ids=new_ids, masked_lm_positions=positions, masked_lm_ids=labels,
-               masked_lm_weights=tf.cast(valid, tf.float32))
+    for name, t in zip(names, outs):
+        t.set_shape(features[name].shape)  # numpy_function loses them; TPU/XLA need them
+        out[name] = t
     return out
 
 
@@ -305,27 +275,25 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     ds = ds.enumerate()  # record index in this pipeline's stream: keys the dynamic mask
     if skip_batches:
         ds = ds.skip(int(skip_batches) * batch_size)
-    spec = _feature_spec(max_seq_length, max_predictions_per_seq)
-    base_seed = tf.constant([seed, 2 + pipeline_id], tf.int64)  # 0, 1: the shuffles
+    spec = feature_spec(max_seq_length, max_predictions_per_seq)
 
     def parse(index, item):
         path, file_index, record = item
-        features = _to_model_inputs(tf.io.parse_single_example(record, spec))
-        if dynamic_masking:  # check the record's own ids and positions before re-masking
-            one = lambda t: tf.expand_dims(t, 0)
-            features = check_ranges(tf.nest.map_structure(one, features), one(path),
-                                    one(file_index), *checks)
-            features = tf.nest.map_structure(lambda t: t[0], features)
-            key = tf.random.experimental.stateless_fold_in(base_seed, index)
-            features = dynamic_mask(features, key, max_predictions_per_seq, vocab_size, mask_id)
-        return features, path, file_index
+        return _to_model_inputs(tf.io.parse_single_example(record, spec)), path, file_index, index
 
     checks = (max_seq_length, vocab_size, type_vocab_size, flag)
+    masker = BatchMasker(
+        None, max_seq_length, max_predictions_per_seq, MASKED_LM_PROB, vocab_size=vocab_size,
+        mask_id=mask_id, count_special_tokens=False) if dynamic_masking else None
+
+    def check(features, paths, file_indices, indices):
+        # The record's own ids and positions are checked before any re-masking.
+        features = check_ranges(features, paths, file_indices, *checks)
+        if masker is not None:  # drop_remainder: record index // batch_size is the batch index
+            features = dynamic_mask(features, masker, seed, pipeline_id, indices[0] // batch_size)
+        return features
+
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch_size, drop_remainder=True)  # static shapes (TPU)
-    if dynamic_masking:
-        ds = ds.map(lambda features, paths, indices: features)
-    else:
-        ds = ds.map(lambda features, paths, indices: check_ranges(features, paths, indices,
-                                                                  *checks))
+    ds = ds.map(check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)
