@@ -2,7 +2,9 @@
 
   options         TrainerOptions / PretrainingOptions (every field with flag() is a flag)
   task            Task: what the trainer needs from pre-training or a fine-tuning task
-  trainer         the one loop: strategy, optimizer, replica step, checkpoints, eval, export
+  trainer         the one loop: strategy, optimizer, replica step, train, eval, export
+  checkpointing   the trainer's checkpoints: save, resume, --init_checkpoint
+  summaries       the trainer's TensorBoard summaries (train and eval)
   pretraining     the pre-training task (masked LM + NSP) and run_pretraining
   pretraining_export  run_pretraining's exports (ids-in encoder, or text-in models for serving)
   optimization    the original's AdamWeightDecay (and LAMB), warm-up + linear decay

@@ -14,12 +14,15 @@
 The training loop is written once against `tf.distribute.Strategy`, so every name runs the same
 code path.
 """
+import contextlib
 import glob
 import itertools
 import json
 import logging
 import os
 import re
+import shutil
+import tempfile
 
 import keras
 import tensorflow as tf
@@ -123,6 +126,21 @@ def is_chief(strategy):
     """True for the process that writes checkpoints, summaries and exports (always, except on
     the non-chief workers of a multi-worker cluster)."""
     return bool(strategy.extended.should_checkpoint)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix):
+    """A temporary directory, deleted on exit: where non-chief workers save what only the chief
+    keeps (saving may need every worker).
+
+    Args:
+        prefix: of the directory's name.
+    """
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def set_mixed_precision(precision="none"):
