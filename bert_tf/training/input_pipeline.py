@@ -35,8 +35,9 @@ import sys
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
-from bert_tf.training.preflight import (REGENERATE, check_pretraining_files, check_ranges,
-                                        explain_data_error)  # noqa: F401 (re-exported)
+from bert_tf.training.preflight import REGENERATE, check_pretraining_files
+from bert_tf.training.record_checks import check_ranges
+from bert_tf.training.record_checks import explain_data_error  # noqa: F401 (re-exported)
 
 try:
     from bert_tf.pretraining_data.schema import feature_spec

@@ -45,7 +45,7 @@ log = logging.getLogger("bert_tf")
 def _data_error(error):
     """A bad record found in-graph by the input pipeline -> its one-line BertError; any other
     error unchanged."""
-    from bert_tf.training.preflight import explain_data_error
+    from bert_tf.training.record_checks import explain_data_error
     return explain_data_error(error) or error
 
 
