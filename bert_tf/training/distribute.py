@@ -104,7 +104,14 @@ def _mirrored_devices():
 
 
 def get_strategy(name="one_device", tpu_name=None, tpu_zone=None, gcp_project=None):
-    """A tf.distribute.Strategy by name (see the module docstring). Unknown name -> BertError."""
+    """A tf.distribute.Strategy by name (see the module docstring). Unknown name -> BertError.
+
+    Args:
+        name: one of STRATEGIES (None: "auto").
+        tpu_name: TPU name or address for "tpu" (default: $TPU_NAME, or a local TPU).
+        tpu_zone: GCE zone of the TPU.
+        gcp_project: GCP project of the TPU.
+    """
     name = (name or "auto").lower()
     if name not in STRATEGIES:
         raise BertError(f"--strategy: unknown strategy {name!r}; expected one of "

@@ -61,7 +61,12 @@ def _feature_spec(max_seq_length, max_predictions_per_seq):
 
 def list_files(file_pattern, flag="--input_file"):
     """Sorted, de-duplicated files of comma-separated globs (`fileio.expand_globs`): every host
-    sees the same order, so each reads its own shard of the list."""
+    sees the same order, so each reads its own shard of the list.
+
+    Args:
+        file_pattern: comma-separated file names or globs.
+        flag: the flag named in the BertError when nothing matches.
+    """
     return sorted(set(fileio.expand_globs(file_pattern, flag)))
 
 
@@ -93,6 +98,10 @@ def mask_candidates(input_mask, input_type_ids):
 
     A [SEP] closes each segment: a real token whose successor is padding, the end, or in another
     segment.
+
+    Args:
+        input_mask: int [S], 1 for real tokens.
+        input_type_ids: int [S] segment ids.
     """
     real = input_mask > 0
     nxt_real = tf.concat([real[1:], [False]], 0)
@@ -104,7 +113,18 @@ def mask_candidates(input_mask, input_type_ids):
 
 def dynamic_mask(features, seed, max_predictions_per_seq, vocab_size, mask_id,
                  masked_lm_prob=MASKED_LM_PROB):
-    """Re-mask one example (dict as produced by `_to_model_inputs`); `seed`: int32/int64 [2]."""
+    """Re-mask one example (see the module docstring): a fresh mask over `unmask(features)`.
+
+    Args:
+        features: one example's dict as produced by `_to_model_inputs`.
+        seed: int32/int64 [2], the stateless seed of this example's mask.
+        max_predictions_per_seq: length of the masked_lm_* features.
+        vocab_size: random replacements are drawn from [0, vocab_size).
+        mask_id: id of [MASK].
+        masked_lm_prob: fraction of the candidates to mask.
+    Returns:
+        `features` with new input_word_ids and masked_lm_positions/ids/weights.
+    """
     ids = unmask(features)
     cand = mask_candidates(features["input_mask"], features["input_type_ids"])
     seq_len = tf.shape(ids)[0]
@@ -256,18 +276,30 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
                         skip_corrupt_records=False, preflight=True):
     """The pre-training tf.data.Dataset (see the module docstring).
 
-    batch_size: per replica (what `input_context.get_per_replica_batch_size` returns).
-    input_context: tf.distribute.InputContext; the files are split over its input pipelines
-      (or the records, when there are fewer files than pipelines).
-    vocab_size, type_vocab_size: from bert_config.json; ids are checked against them (pre-flight
-      and in-graph) when given.
-    skip_batches: batches of *this pipeline* already consumed (resume); needs a fixed `seed`.
-    repeat: default = is_training (evaluation reads the files once, in order).
-    flag: the flag the file pattern came from, named in error messages.
-    skip_corrupt_records: on a corrupt or truncated record, skip the rest of that file and log
-      how many records were lost, instead of failing.
-    preflight: check the leading records of every file first (`preflight.py`); every host and
-      input pipeline does, so all fail alike before any step.
+    Args:
+        file_pattern: comma-separated TFRecord files or globs.
+        batch_size: per replica (what `input_context.get_per_replica_batch_size` returns).
+        max_seq_length: length of the token features in the records.
+        max_predictions_per_seq: length of the masked_lm_* features in the records.
+        is_training: shuffle files and records (and repeat, unless `repeat` says otherwise).
+        input_context: tf.distribute.InputContext; the files are split over its input
+            pipelines (or the records, when there are fewer files than pipelines).
+        seed: key of the shuffles and dynamic masks; default: a random one.
+        dynamic_masking: draw a fresh mask at every read (needs vocab_size and mask_id).
+        vocab_size: from bert_config.json; ids are checked against it (pre-flight and
+            in-graph) when given.
+        mask_id: id of [MASK] (dynamic masking).
+        shuffle_buffer_size: records per shuffled block (training).
+        cycle_length: files read at once (training).
+        skip_batches: batches of *this pipeline* already consumed (resume); needs a fixed
+            `seed`.
+        repeat: default = is_training (evaluation reads the files once, in order).
+        flag: the flag the file pattern came from, named in error messages.
+        type_vocab_size: from bert_config.json; segment ids are checked against it when given.
+        skip_corrupt_records: on a corrupt or truncated record, skip the rest of that file and
+            log how many records were lost, instead of failing.
+        preflight: check the leading records of every file first (`preflight.py`); every host
+            and input pipeline does, so all fail alike before any step.
     """
     if batch_size <= 0:
         raise BertError(f"batch size must be > 0, got {batch_size}")

@@ -44,7 +44,12 @@ REGENERATE = "regenerate the data with create_pretraining_data.py"
 
 
 def sample_files(files, max_files):
-    """At most `max_files` of `files`, evenly spaced, first and last included (deterministic)."""
+    """At most `max_files` of `files`, evenly spaced, first and last included (deterministic).
+
+    Args:
+        files: a list of paths.
+        max_files: how many to keep at most.
+    """
     n = len(files)
     if n <= max_files:
         return list(files)
@@ -84,7 +89,13 @@ def _preview(data):
 
 
 def describe_framing_error(path, offset, index):
-    """What is wrong with the TFRecord record that starts at byte `offset` (a phrase + fix)."""
+    """What is wrong with the TFRecord record that starts at byte `offset` (a phrase + fix).
+
+    Args:
+        path: the file.
+        offset: byte offset of the record's header.
+        index: the record's index in the file (named in the phrase).
+    """
     with tf.io.gfile.GFile(path, "rb") as f:
         size = f.size()
         head = f.read(24)
@@ -122,7 +133,16 @@ def _values(feature):
 
 def describe_record(example, max_seq_length, max_predictions_per_seq, vocab_size=None,
                     type_vocab_size=None, flag="--input_file"):
-    """The first problem of one parsed tf.train.Example as a phrase + fix, or None if it is fine."""
+    """The first problem of one parsed tf.train.Example as a phrase + fix, or None if it is fine.
+
+    Args:
+        example: a tf.train.Example (protobuf).
+        max_seq_length: expected length of input_ids, input_mask and segment_ids.
+        max_predictions_per_seq: expected length of the masked_lm_* features.
+        vocab_size: ids must be below it; None skips the check.
+        type_vocab_size: segment ids must be below it; None skips the check.
+        flag: the flag the file came from, named in the phrase.
+    """
     fmap = example.features.feature
     keys = set(fmap)
     missing = [k for k in PRETRAINING_FEATURES if k not in keys]
@@ -198,8 +218,15 @@ def ends_with_whole_record(path, size, window=4096, max_window=1 << 20):
 
     Looks in the file's last `window` bytes (growing to `max_window`) for a record header whose
     length reaches exactly the last byte and whose length checksum matches: one small read, not
-    a walk of the whole file. Returns True, False, or None when the last record may be longer
-    than `max_window`.
+    a walk of the whole file.
+
+    Args:
+        path: the file.
+        size: its length in bytes.
+        window: bytes read from the end at first.
+        max_window: the largest window tried.
+    Returns:
+        True, False, or None when the last record may be longer than `max_window`.
     """
     while True:
         n = min(size, window)
@@ -224,7 +251,16 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
                type_vocab_size=None, records_per_file=4, flag="--input_file"):
     """Check the first `records_per_file` records of one file, and that it ends with a whole one.
 
-    Returns (problem line or None, number of records read).
+    Args:
+        path: the file.
+        max_seq_length: as `describe_record`.
+        max_predictions_per_seq: as `describe_record`.
+        vocab_size: as `describe_record`.
+        type_vocab_size: as `describe_record`.
+        records_per_file: leading records parsed and checked.
+        flag: the flag the file came from, named in the problem line.
+    Returns:
+        (problem line or None, number of records read).
     """
     offset, index, it, longest = 0, 0, None, 0
     try:

@@ -26,10 +26,17 @@ def check_ranges(features, paths, indices, max_seq_length, vocab_size=None, type
                  flag="--input_file"):
     """In-graph range checks of a batch of examples (see the module docstring); returns `features`.
 
-    features: a dict as made by `_to_model_inputs`, batched [B, ...]; paths, indices [B]: each
-    example's file and record index in it (named in the message).
     An out-of-range value fails with an InvalidArgumentError whose message is one line naming
     the file, the record, the feature and the bound.
+
+    Args:
+        features: a dict as made by `input_pipeline._to_model_inputs`, batched [B, ...].
+        paths: string [B], each example's file (named in the message).
+        indices: int [B], each example's record index in its file.
+        max_seq_length: masked_lm_positions must be below it.
+        vocab_size: input and masked-LM ids must be below it; None skips the check.
+        type_vocab_size: segment ids must be below it; None skips the check.
+        flag: the flag the files came from, named in the message.
     """
     checks = []  # (per-row ok, message parts of row r)
     if vocab_size is not None:
@@ -79,6 +86,10 @@ def explain_data_error(error, flag="--input_file"):
 
     Training and evaluation loops catch `tf.errors.OpError` around the iterator and raise
     `explain_data_error(e) or e`.
+
+    Args:
+        error: the tf.errors.OpError.
+        flag: the flag the input files came from, named in the parse-error message.
     """
     message = getattr(error, "message", str(error))
     m = _ASSERT.search(message)
