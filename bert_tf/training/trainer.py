@@ -56,6 +56,10 @@ class Trainer:
         task: a `Task`.
         options: `bert_tf.training.options.TrainerOptions` (or a subclass).
         strategy: a tf.distribute.Strategy; default: from options (strategy, use_tpu, ...).
+
+    Attributes:
+        checkpoints: the `checkpointing.Checkpoints` of output_dir (its `manager()` too);
+            `restore()` and `save()` delegate to it.
     """
 
     def __init__(self, task, options, strategy=None):
