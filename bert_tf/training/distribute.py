@@ -14,12 +14,15 @@
 The training loop is written once against `tf.distribute.Strategy`, so every name runs the same
 code path.
 """
+import contextlib
 import glob
 import itertools
 import json
 import logging
 import os
 import re
+import shutil
+import tempfile
 
 import keras
 import tensorflow as tf
@@ -101,7 +104,14 @@ def _mirrored_devices():
 
 
 def get_strategy(name="one_device", tpu_name=None, tpu_zone=None, gcp_project=None):
-    """A tf.distribute.Strategy by name (see the module docstring). Unknown name -> BertError."""
+    """A tf.distribute.Strategy by name (see the module docstring). Unknown name -> BertError.
+
+    Args:
+        name: one of STRATEGIES (None: "auto").
+        tpu_name: TPU name or address for "tpu" (default: $TPU_NAME, or a local TPU).
+        tpu_zone: GCE zone of the TPU.
+        gcp_project: GCP project of the TPU.
+    """
     name = (name or "auto").lower()
     if name not in STRATEGIES:
         raise BertError(f"--strategy: unknown strategy {name!r}; expected one of "
@@ -123,6 +133,21 @@ def is_chief(strategy):
     """True for the process that writes checkpoints, summaries and exports (always, except on
     the non-chief workers of a multi-worker cluster)."""
     return bool(strategy.extended.should_checkpoint)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix):
+    """A temporary directory, deleted on exit: where non-chief workers save what only the chief
+    keeps (saving may need every worker).
+
+    Args:
+        prefix: of the directory's name.
+    """
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def set_mixed_precision(precision="none"):

@@ -43,15 +43,21 @@ import tensorflow as tf
 from bert_tf import BertError, fileio
 from bert_tf.pretraining_data.masking import BatchMasker
 from bert_tf.pretraining_data.schema import feature_spec
-from bert_tf.training.preflight import (REGENERATE, check_pretraining_files, check_ranges,
-                                        explain_data_error)  # noqa: F401 (re-exported)
+from bert_tf.training.preflight import REGENERATE, check_pretraining_files
+from bert_tf.training.record_checks import check_ranges
+from bert_tf.training.record_checks import explain_data_error  # noqa: F401 (re-exported)
 
 MASKED_LM_PROB = 0.15
 
 
 def list_files(file_pattern, flag="--input_file"):
     """Sorted, de-duplicated files of comma-separated globs (`fileio.expand_globs`): every host
-    sees the same order, so each reads its own shard of the list."""
+    sees the same order, so each reads its own shard of the list.
+
+    Args:
+        file_pattern: comma-separated file names or globs.
+        flag: the flag named in the BertError when nothing matches.
+    """
     return sorted(set(fileio.expand_globs(file_pattern, flag)))
 
 
@@ -225,18 +231,30 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
                         skip_corrupt_records=False, preflight=True):
     """The pre-training tf.data.Dataset (see the module docstring).
 
-    batch_size: per replica (what `input_context.get_per_replica_batch_size` returns).
-    input_context: tf.distribute.InputContext; the files are split over its input pipelines
-      (or the records, when there are fewer files than pipelines).
-    vocab_size, type_vocab_size: from bert_config.json; ids are checked against them (pre-flight
-      and in-graph) when given.
-    skip_batches: batches of *this pipeline* already consumed (resume); needs a fixed `seed`.
-    repeat: default = is_training (evaluation reads the files once, in order).
-    flag: the flag the file pattern came from, named in error messages.
-    skip_corrupt_records: on a corrupt or truncated record, skip the rest of that file and log
-      how many records were lost, instead of failing.
-    preflight: check the leading records of every file first (`preflight.py`); every host and
-      input pipeline does, so all fail alike before any step.
+    Args:
+        file_pattern: comma-separated TFRecord files or globs.
+        batch_size: per replica (what `input_context.get_per_replica_batch_size` returns).
+        max_seq_length: length of the token features in the records.
+        max_predictions_per_seq: length of the masked_lm_* features in the records.
+        is_training: shuffle files and records (and repeat, unless `repeat` says otherwise).
+        input_context: tf.distribute.InputContext; the files are split over its input
+            pipelines (or the records, when there are fewer files than pipelines).
+        seed: key of the shuffles and dynamic masks; default: a random one.
+        dynamic_masking: draw a fresh mask at every read (needs vocab_size and mask_id).
+        vocab_size: from bert_config.json; ids are checked against it (pre-flight and
+            in-graph) when given.
+        mask_id: id of [MASK] (dynamic masking).
+        shuffle_buffer_size: records per shuffled block (training).
+        cycle_length: files read at once (training).
+        skip_batches: batches of *this pipeline* already consumed (resume); needs a fixed
+            `seed`.
+        repeat: default = is_training (evaluation reads the files once, in order).
+        flag: the flag the file pattern came from, named in error messages.
+        type_vocab_size: from bert_config.json; segment ids are checked against it when given.
+        skip_corrupt_records: on a corrupt or truncated record, skip the rest of that file and
+            log how many records were lost, instead of failing.
+        preflight: check the leading records of every file first (`preflight.py`); every host
+            and input pipeline does, so all fail alike before any step.
     """
     if batch_size <= 0:
         raise BertError(f"batch size must be > 0, got {batch_size}")

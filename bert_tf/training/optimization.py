@@ -41,6 +41,11 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     The decay is measured from step 0 (not from the end of warm-up), as the original's
     polynomial_decay(power=1) followed by the warm-up override.
+
+    Args:
+        init_lr: peak learning rate.
+        num_train_steps: step at which the rate reaches 0.
+        num_warmup_steps: steps of linear warm-up from 0.
     """
 
     def __init__(self, init_lr, num_train_steps, num_warmup_steps=0):
@@ -144,12 +149,26 @@ class _AdamMoments(_BertOptimizerMixin, keras.optimizers.Optimizer):
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class AdamWeightDecay(_AdamMoments):
-    """The original BERT optimizer (see the module docstring for the exact update)."""
+    """The original BERT optimizer (see the module docstring for the exact update).
+
+    Args:
+        learning_rate: float or schedule.
+        name: optimizer name.
+        **kwargs: weight_decay_rate, beta_1, beta_2, epsilon, clip_norm,
+            exclude_from_weight_decay (as `create_optimizer`) and Keras optimizer arguments.
+    """
 
     def __init__(self, learning_rate=1e-3, name="adam_weight_decay", **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
 
     def update_step(self, gradient, variable, learning_rate):
+        """Apply one update to `variable` (Keras calls it per variable, after clipping).
+
+        Args:
+            gradient: the (summed, clipped) gradient of `variable`.
+            variable: the variable to update.
+            learning_rate: this step's learning rate.
+        """
         lr = ops.cast(learning_rate, variable.dtype)
         m, v = self._update_moments(gradient, variable)
         update = m / (ops.sqrt(v) + self.epsilon)
@@ -160,12 +179,25 @@ class AdamWeightDecay(_AdamMoments):
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class Lamb(_AdamMoments):
-    """LAMB with decay inside the trust-ratio update; excluded variables use plain Adam steps."""
+    """LAMB with decay inside the trust-ratio update; excluded variables use plain Adam steps.
+
+    Args:
+        learning_rate: float or schedule.
+        name: optimizer name.
+        **kwargs: as `AdamWeightDecay`.
+    """
 
     def __init__(self, learning_rate=1e-3, name="lamb", **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
 
     def update_step(self, gradient, variable, learning_rate):
+        """Apply one update to `variable` (Keras calls it per variable, after clipping).
+
+        Args:
+            gradient: the (summed, clipped) gradient of `variable`.
+            variable: the variable to update.
+            learning_rate: this step's learning rate.
+        """
         lr = ops.cast(learning_rate, variable.dtype)
         t = ops.cast(self.iterations + 1, variable.dtype)
         m, v = self._update_moments(gradient, variable)
@@ -184,7 +216,19 @@ class Lamb(_AdamMoments):
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class AdamW(_BertOptimizerMixin, keras.optimizers.AdamW):
-    """keras AdamW with path-based exclusions and post-all-reduce global-norm clipping."""
+    """keras AdamW with path-based exclusions and post-all-reduce global-norm clipping.
+
+    Args:
+        learning_rate: float or schedule.
+        weight_decay_rate: decoupled decay rate (0: none).
+        beta_1: first-moment decay.
+        beta_2: second-moment decay.
+        epsilon: added to the root of the second moment.
+        clip_norm: global gradient-norm limit (None or 0: no clipping).
+        exclude_from_weight_decay: regexes of variable paths without decay.
+        name: optimizer name.
+        **kwargs: Keras optimizer arguments.
+    """
 
     def __init__(self, learning_rate=1e-3, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, clip_norm=1.0, exclude_from_weight_decay=DEFAULT_EXCLUDE,
@@ -208,7 +252,22 @@ class AdamW(_BertOptimizerMixin, keras.optimizers.AdamW):
 def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer_type="adamw_original",
                      weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                      clip_norm=1.0, exclude_from_weight_decay=DEFAULT_EXCLUDE):
-    """An optimizer with the WarmupLinearDecay schedule (see the module docstring)."""
+    """An optimizer with the WarmupLinearDecay schedule (see the module docstring).
+
+    Args:
+        init_lr: peak learning rate.
+        num_train_steps: updates until the learning rate reaches 0 (> 0).
+        num_warmup_steps: updates of linear warm-up (>= 0).
+        optimizer_type: one of OPTIMIZER_TYPES.
+        weight_decay_rate: decoupled weight decay rate.
+        beta_1: Adam's first-moment decay.
+        beta_2: Adam's second-moment decay.
+        epsilon: Adam's epsilon.
+        clip_norm: global gradient-norm limit.
+        exclude_from_weight_decay: regexes of variable paths that get no weight decay.
+    Raises:
+        BertError: unknown optimizer_type or bad step counts.
+    """
     if optimizer_type not in OPTIMIZER_TYPES:
         raise BertError(f"--optimizer: unknown optimizer {optimizer_type!r}; expected one of "
                         f"{', '.join(OPTIMIZER_TYPES)}")

@@ -9,14 +9,11 @@ out-of-range gather returns zeros instead of failing). Each problem is one line 
 the record, what is wrong and the fix; the first one is raised as `BertError` (all are logged
 when there are several).
 
-The rest of each file is checked in-graph while training: `check_ranges` (used by
-`input_pipeline`) fails with an InvalidArgumentError whose message is one line, and
-`explain_data_error` turns such an error into a `BertError`.
+The rest of each file is checked in-graph while training (bert_tf.training.record_checks).
 """
 import concurrent.futures
 import logging
 import math
-import re
 import struct
 import time
 
@@ -47,7 +44,12 @@ REGENERATE = "regenerate the data with create_pretraining_data.py"
 
 
 def sample_files(files, max_files):
-    """At most `max_files` of `files`, evenly spaced, first and last included (deterministic)."""
+    """At most `max_files` of `files`, evenly spaced, first and last included (deterministic).
+
+    Args:
+        files: a list of paths.
+        max_files: how many to keep at most.
+    """
     n = len(files)
     if n <= max_files:
         return list(files)
@@ -87,7 +89,13 @@ def _preview(data):
 
 
 def describe_framing_error(path, offset, index):
-    """What is wrong with the TFRecord record that starts at byte `offset` (a phrase + fix)."""
+    """What is wrong with the TFRecord record that starts at byte `offset` (a phrase + fix).
+
+    Args:
+        path: the file.
+        offset: byte offset of the record's header.
+        index: the record's index in the file (named in the phrase).
+    """
     with tf.io.gfile.GFile(path, "rb") as f:
         size = f.size()
         head = f.read(24)
@@ -125,7 +133,16 @@ def _values(feature):
 
 def describe_record(example, max_seq_length, max_predictions_per_seq, vocab_size=None,
                     type_vocab_size=None, flag="--input_file"):
-    """The first problem of one parsed tf.train.Example as a phrase + fix, or None if it is fine."""
+    """The first problem of one parsed tf.train.Example as a phrase + fix, or None if it is fine.
+
+    Args:
+        example: a tf.train.Example (protobuf).
+        max_seq_length: expected length of input_ids, input_mask and segment_ids.
+        max_predictions_per_seq: expected length of the masked_lm_* features.
+        vocab_size: ids must be below it; None skips the check.
+        type_vocab_size: segment ids must be below it; None skips the check.
+        flag: the flag the file came from, named in the phrase.
+    """
     fmap = example.features.feature
     keys = set(fmap)
     missing = [k for k in PRETRAINING_FEATURES if k not in keys]
@@ -201,8 +218,15 @@ def ends_with_whole_record(path, size, window=4096, max_window=1 << 20):
 
     Looks in the file's last `window` bytes (growing to `max_window`) for a record header whose
     length reaches exactly the last byte and whose length checksum matches: one small read, not
-    a walk of the whole file. Returns True, False, or None when the last record may be longer
-    than `max_window`.
+    a walk of the whole file.
+
+    Args:
+        path: the file.
+        size: its length in bytes.
+        window: bytes read from the end at first.
+        max_window: the largest window tried.
+    Returns:
+        True, False, or None when the last record may be longer than `max_window`.
     """
     while True:
         n = min(size, window)
@@ -227,7 +251,16 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
                type_vocab_size=None, records_per_file=4, flag="--input_file"):
     """Check the first `records_per_file` records of one file, and that it ends with a whole one.
 
-    Returns (problem line or None, number of records read).
+    Args:
+        path: the file.
+        max_seq_length: as `describe_record`.
+        max_predictions_per_seq: as `describe_record`.
+        vocab_size: as `describe_record`.
+        type_vocab_size: as `describe_record`.
+        records_per_file: leading records parsed and checked.
+        flag: the flag the file came from, named in the problem line.
+    Returns:
+        (problem line or None, number of records read).
     """
     offset, index, it, longest = 0, 0, None, 0
     try:
@@ -316,84 +349,3 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
     return {"files": len(chosen), "records": records,
             "empty_files": sum(1 for _, n in results if n == 0),
             "seconds": time.perf_counter() - start}
-
-
-# ---- in-graph checks (input_pipeline) ------------------------------------------------------
-
-def _in_range(values, low, high, phrase):
-    """(per-row ok [B], message parts for the first bad value of row `r`) of values [B, ...]."""
-    rows = tf.reshape(values, [tf.shape(values)[0], -1])
-    inside = (rows >= low) & (rows < high)
-    first_bad = lambda r: tf.as_string(tf.boolean_mask(rows[r], ~inside[r])[0])
-    return tf.reduce_all(inside, axis=1), lambda r: phrase(first_bad(r))
-
-
-def check_ranges(features, paths, indices, max_seq_length, vocab_size=None, type_vocab_size=None,
-                 flag="--input_file"):
-    """In-graph range checks of a batch of examples (see the module docstring); returns `features`.
-
-    features: a dict as made by `_to_model_inputs`, batched [B, ...]; paths, indices [B]: each
-    example's file and record index in it (named in the message).
-    An out-of-range value fails with an InvalidArgumentError whose message is one line naming
-    the file, the record, the feature and the bound.
-    """
-    checks = []  # (per-row ok, message parts of row r)
-    if vocab_size is not None:
-        for name, key in (("input_ids", "input_word_ids"), ("masked_lm_ids", "masked_lm_ids")):
-            checks.append(_in_range(features[key], 0, vocab_size, lambda bad, name=name: [
-                f"{name} has id ", bad, f" outside [0, vocab_size {vocab_size}) of "
-                "--bert_config_file: use the bert_config.json that matches the data or regenerate "
-                "the data"]))
-    if type_vocab_size is not None:
-        checks.append(_in_range(features["input_type_ids"], 0, type_vocab_size, lambda bad: [
-            "segment_ids has ", bad,
-            f" outside [0, type_vocab_size {type_vocab_size}) of --bert_config_file: use the "
-            "matching bert_config.json or regenerate the data"]))
-    checks.append(_in_range(features["masked_lm_positions"], 0, max_seq_length, lambda bad: [
-        "masked_lm_positions has ", bad,
-        f" outside [0, --max_seq_length={max_seq_length}): {REGENERATE}"]))
-    checks.append(_in_range(features["next_sentence_labels"], 0, 2, lambda bad: [
-        "next_sentence_labels is ", bad, f", must be 0 or 1: {REGENERATE}"]))
-    row_ok = tf.reduce_all(tf.stack([c for c, _ in checks], axis=1), axis=1)
-
-    def fail():
-        # Only run when a check failed: the first bad example, its first failing check.
-        r = tf.argmin(tf.cast(row_ok, tf.int32), output_type=tf.int32)
-        done = tf.constant(True)
-        for c, phrase in checks:
-            def raise_error(phrase=phrase):
-                op = tf.debugging.Assert(False, [tf.strings.join(
-                    [flag, " ", paths[r], ": record ", tf.as_string(indices[r]), ": "]
-                    + phrase(r))])
-                with tf.control_dependencies([op]):
-                    return tf.constant(True)
-            with tf.control_dependencies([done]):
-                done = tf.cond(c[r], lambda: tf.constant(True), raise_error)
-        return done
-
-    checked = tf.cond(tf.reduce_all(row_ok), lambda: tf.constant(True), fail)
-    with tf.control_dependencies([checked]):
-        return {k: tf.identity(v) for k, v in features.items()}
-
-
-_ASSERT = re.compile(r"assertion failed: \[(--\w+ .*?)\]\s*(?:\n|\[\[|\[Op:|$)")
-_PARSE = re.compile(r"Key: (\w+)\.")
-
-
-def explain_data_error(error, flag="--input_file"):
-    """The one-line BertError for a tf.errors.OpError raised by this pipeline, or None.
-
-    Training and evaluation loops catch `tf.errors.OpError` around the iterator and raise
-    `explain_data_error(e) or e`.
-    """
-    message = getattr(error, "message", str(error))
-    m = _ASSERT.search(message)
-    if m:  # Assert C-escapes its strings (quotes, non-ASCII bytes)
-        raw = m.group(1).encode("utf-8").decode("unicode_escape").encode("latin-1")
-        return BertError(raw.decode("utf-8", "replace"))
-    m = _PARSE.search(message)
-    if isinstance(error, tf.errors.InvalidArgumentError) and m and "Example" in message:
-        return BertError(f"{flag}: a record's {m.group(1)} has another length or type than "
-                         "--max_seq_length/--max_predictions_per_seq expect: pass the flags the "
-                         "data was made with or regenerate the data")
-    return None

@@ -3,7 +3,8 @@
 Loss = masked-LM weighted mean over the real predictions, sum(w * ce) / (sum(w) + 1e-5), plus the
 NSP mean, both over the *global* batch: `normalizers()` gives the weight sum and the example
 count, which the trainer sums over replicas before `loss()` divides by them. Strategy,
-accumulation, mixed precision, XLA, checkpoints and resume: bert_tf.training.trainer.
+accumulation, mixed precision, XLA: bert_tf.training.trainer; checkpoints and resume:
+bert_tf.training.checkpointing.
 """
 import tensorflow as tf
 
@@ -32,8 +33,9 @@ def pretraining_losses(outputs, batch, mlm_weight_total, global_batch_size):
         batch: the replica's batch (masked_lm_ids/weights, next_sentence_labels).
         mlm_weight_total: sum of masked_lm_weights over the whole global batch.
         global_batch_size: examples in the global batch.
-    Summing the returned `loss` over replicas gives
-    sum(w * ce) / (sum(w) + 1e-5) + mean(nsp ce) of the global batch, as the original.
+    Returns:
+        (loss, stats); summing `loss` over replicas gives sum(w * ce) / (sum(w) + 1e-5) +
+        mean(nsp ce) of the global batch, as the original.
     """
     logits = tf.cast(outputs["mlm_logits"], tf.float32)
     labels = batch["masked_lm_ids"]
@@ -56,7 +58,12 @@ def pretraining_losses(outputs, batch, mlm_weight_total, global_batch_size):
 
 
 def summarize(totals, steps):
-    """Metric sums of a loop (or an eval) -> the reported means."""
+    """Metric sums of a loop (or an eval) -> the reported means.
+
+    Args:
+        totals: sums of the STAT_KEYS stats over replicas and steps.
+        steps: number of steps summed (the loss is a per-step value).
+    """
     w = max(totals["mlm_weight"], 1e-12)
     n = max(totals["examples"], 1e-12)
     return {"loss": totals["loss"] / max(steps, 1),
@@ -82,9 +89,16 @@ class PretrainingTask(Task):
         self.config, self.options = bert_config, options
 
     def build_model(self):
+        """The BertPretrainer (encoder named `encoder`), built."""
         return build_model(BertPretrainer(BertEncoder.from_bert_config(self.config, name="encoder")))
 
     def check(self, options, num_replicas):
+        """BertError for step counts, lengths or mask_id that cannot work with the config.
+
+        Args:
+            options: PretrainingOptions.
+            num_replicas: replicas in sync.
+        """
         o = options
         for name in ("num_train_steps", "max_seq_length", "max_predictions_per_seq"):
             if getattr(o, name) <= 0:
@@ -100,23 +114,43 @@ class PretrainingTask(Task):
                             f"(vocab_size {self.config.vocab_size})")
 
     def normalizers(self, batch):
+        """The batch's masked-LM weight sum and example count (summed over replicas)."""
         return {"mlm_weight": tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)),
                 "examples": tf.cast(tf.shape(batch["next_sentence_labels"])[0], tf.float32)}
 
     def loss(self, batch, outputs, normalizers):
+        """`pretraining_losses` with the global batch's normalizers.
+
+        Args:
+            batch: the replica's (micro-)batch.
+            outputs: the BertPretrainer's outputs.
+            normalizers: `normalizers()` summed over the global batch.
+        """
         return pretraining_losses(outputs, batch, normalizers["mlm_weight"],
                                   normalizers["examples"])
 
     def summarize(self, totals, steps):
+        """The module's `summarize`.
+
+        Args:
+            totals: sums of the STAT_KEYS stats.
+            steps: number of steps summed.
+        """
         return summarize(totals, steps)
 
     def log_text(self, m):
+        """Loss, masked-LM and NSP loss/accuracy for the training log line."""
         return (f"loss={m['loss']:.4f} mlm_loss={m['masked_lm_loss']:.4f} "
                 f"mlm_acc={m['masked_lm_accuracy']:.4f} nsp_loss={m['next_sentence_loss']:.4f} "
                 f"nsp_acc={m['next_sentence_accuracy']:.4f}")
 
     def dataset_fn(self, input_file, training):
-        """The trainer's dataset_fn over input_file (see Trainer.distribute)."""
+        """The trainer's dataset_fn over input_file (see Trainer.distribute).
+
+        Args:
+            input_file: comma-separated TFRecord files or globs.
+            training: shuffle, repeat and (with dynamic_masking) mask on the fly.
+        """
         o = self.options
 
         def fn(ctx, batch_size, seed, skip_batches):
@@ -129,6 +163,12 @@ class PretrainingTask(Task):
         return fn
 
     def export(self, model, export_dir):
+        """`pretraining_export.export_pretrained` of the model; the path written.
+
+        Args:
+            model: the trained BertPretrainer.
+            export_dir: where to export.
+        """
         from bert_tf.training import pretraining_export
         return pretraining_export.export_pretrained(model, export_dir, self.options)
 

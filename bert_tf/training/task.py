@@ -26,7 +26,12 @@ class Task:
         raise NotImplementedError
 
     def check(self, options, num_replicas):
-        """Raise a one-line BertError for options this task cannot run with."""
+        """Raise a one-line BertError for options this task cannot run with.
+
+        Args:
+            options: the trainer's options.
+            num_replicas: replicas in sync.
+        """
 
     def normalizers(self, batch):
         """Per-replica sums (float32 scalars) the loss divides by; summed over replicas."""
@@ -43,7 +48,12 @@ class Task:
         raise NotImplementedError
 
     def summarize(self, totals, steps):
-        """Sums of the stats over `steps` steps -> the reported metrics (a `loss` key)."""
+        """Sums of the stats over `steps` steps -> the reported metrics (a `loss` key).
+
+        Args:
+            totals: {stat_key: sum over replicas and steps}.
+            steps: number of steps summed.
+        """
         return {"loss": totals["loss"] / max(steps, 1)}
 
     def log_text(self, metrics):
@@ -51,5 +61,10 @@ class Task:
         return f"loss={metrics['loss']:.4f}"
 
     def export(self, model, export_dir):
-        """Export the trained model under export_dir; returns the path written."""
+        """Export the trained model under export_dir; returns the path written.
+
+        Args:
+            model: the trained model (`build_model()`'s).
+            export_dir: where to export.
+        """
         raise BertError("this task has no export")

@@ -16,10 +16,9 @@ rest, the same way for every task (Model Garden's task/trainer split, kept small
 * Variables without a gradient (the pooler of span/tagging models) are left out of the update.
 * jit_compile: XLA compiles the whole replica step (the forward/backward pass only when
   replicas all-reduce across devices outside TPUs).
-* Checkpoints (`<checkpoint_name>-<step>` in output_dir) hold the model (under `model`), the
-  optimizer, `global_step`, the data seed and the dropout RNG states; a restart resumes from
-  the latest and the seeded input skips the batches consumed so far. Without one,
-  `init_checkpoint` (original TF1 or ours) initialises the model.
+* Checkpoints (bert_tf.training.checkpointing) hold the model, optimizer, global step, data
+  seed and dropout RNG states; a restart resumes from the latest and the seeded input skips
+  the batches consumed so far. Without one, `init_checkpoint` initialises the model.
 * Datasets are built before anything is written, so bad input leaves no output behind.
 * Multi-worker: only the chief writes checkpoints, summaries, results and exports; the others
   save to a deleted temporary directory (saving may need every worker). A lost worker ends the
@@ -30,15 +29,13 @@ import math
 import os
 import posixpath
 import random
-import shutil
-import tempfile
 import time
 
 import keras
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
-from bert_tf.training import distribute
+from bert_tf.training import checkpointing, distribute, summaries
 from bert_tf.training.optimization import create_optimizer
 from bert_tf.training.task import INPUT_NAMES, Task  # noqa: F401  (API)
 
@@ -48,7 +45,7 @@ log = logging.getLogger("bert_tf")
 def _data_error(error):
     """A bad record found in-graph by the input pipeline -> its one-line BertError; any other
     error unchanged."""
-    from bert_tf.training.preflight import explain_data_error
+    from bert_tf.training.record_checks import explain_data_error
     return explain_data_error(error) or error
 
 
@@ -59,6 +56,10 @@ class Trainer:
         task: a `Task`.
         options: `bert_tf.training.options.TrainerOptions` (or a subclass).
         strategy: a tf.distribute.Strategy; default: from options (strategy, use_tpu, ...).
+
+    Attributes:
+        checkpoints: the `checkpointing.Checkpoints` of output_dir (its `manager()` too);
+            `restore()` and `save()` delegate to it.
     """
 
     def __init__(self, task, options, strategy=None):
@@ -83,9 +84,9 @@ class Trainer:
                                          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         self.optimizer = self.inner_optimizer = None
         self.num_train_steps = None
-        self._manager = None
+        self.checkpoints = checkpointing.Checkpoints(options, task.checkpoint_name, self.strategy,
+                                                     self.model, self.global_step, self.data_seed)
         self._train_loop_fn = self._eval_step_fn = None
-        self._predict_steps = {}
         self._grad_fn = self._forward_backward
         self._step_fn = self._replica_step
         if o.jit_compile and (n == 1 or distribute.is_tpu(self.strategy)):
@@ -98,7 +99,7 @@ class Trainer:
         """The global step as a Python int."""
         return int(self.global_step.numpy())
 
-    # ---- optimizer and checkpoints --------------------------------------------------------
+    # ---- optimizer and checkpoints (bert_tf.training.checkpointing) -----------------------
 
     def build_optimizer(self, num_train_steps, num_warmup_steps):
         """Create the optimizer and its schedule (before `restore()` to resume its state).
@@ -118,67 +119,17 @@ class Trainer:
                               else inner)
             self.optimizer.build(self.model.trainable_variables)
         self.num_train_steps = int(num_train_steps)
-        self._manager = self._train_loop_fn = None
-
-    def _checkpoint(self):
-        # Keras does not put its dropout RNG states in TF checkpoints; without them a resumed
-        # run would draw other dropout masks than an uninterrupted one.
-        rng_states = [v for v in self.model.non_trainable_variables
-                      if "seed_generator" in v.path]
-        items = dict(model=self.model, global_step=self.global_step, data_seed=self.data_seed,
-                     dropout_rng=rng_states)
-        if self.optimizer is not None:
-            items["optimizer"] = self.optimizer
-        return tf.train.Checkpoint(**items)
-
-    def manager(self):
-        """The tf.train.CheckpointManager of output_dir (creates no file)."""
-        if self._manager is None:
-            self._manager = tf.train.CheckpointManager(
-                self._checkpoint(), self.options.output_dir,
-                max_to_keep=self.options.keep_checkpoint_max,
-                checkpoint_name=self.task.checkpoint_name, step_counter=self.global_step)
-        return self._manager
+        self.checkpoints.set_optimizer(self.optimizer)
+        self._train_loop_fn = None
 
     def restore(self, inference=False):
-        """Resume from the latest checkpoint in output_dir, else load init_checkpoint.
-
-        Args:
-            inference: no optimizer state expected; warn when neither exists.
-        Returns:
-            "resumed", "initialized" or "fresh".
-        """
-        out = self.options.output_dir
-        latest = tf.train.latest_checkpoint(out) if out else None
-        if latest:
-            status = self._checkpoint().restore(latest)
-            if self.optimizer is None:
-                status.expect_partial()
-            status.assert_existing_objects_matched()
-            log.info("resumed from %s (step %d)", latest, self.step)
-            return "resumed"
-        if self.options.init_checkpoint:
-            from bert_tf.convert.checkpoints import load_checkpoint
-            with self.strategy.scope():
-                load_checkpoint(self.model, self.options.init_checkpoint)
-            log.info("initialised from %s", self.options.init_checkpoint)
-            return "initialized"
-        if inference:
-            log.warning("no checkpoint in %s and no --init_checkpoint: predicting with random "
-                        "weights", self.options.output_dir)
-        return "fresh"
+        """`Checkpoints.restore`: resume from output_dir, else load init_checkpoint; returns
+        "resumed", "initialized" or "fresh"."""
+        return self.checkpoints.restore(inference)
 
     def save(self):
         """Checkpoint `<checkpoint_name>-<step>` into output_dir (chief); its path or None."""
-        if self.is_chief:
-            tf.io.gfile.makedirs(self.options.output_dir)
-            return self.manager().save(checkpoint_number=self.step)
-        tmp = tempfile.mkdtemp(prefix="bert_tf-worker-ckpt-")
-        try:
-            self._checkpoint().write(os.path.join(tmp, "ckpt"))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return None
+        return self.checkpoints.save()
 
     # ---- data -----------------------------------------------------------------------------
 
@@ -298,6 +249,7 @@ class Trainer:
             raise _data_error(e) from None
 
     def learning_rate(self):
+        """The optimizer's current learning rate as a Python float."""
         lr = self.inner_optimizer.learning_rate
         return float(lr.numpy() if hasattr(lr, "numpy") else lr)
 
@@ -320,11 +272,7 @@ class Trainer:
             log.info("checkpoint at step %d >= %d: nothing to train", step, target)
             return []
         iterator = iter(self.distribute(dataset_fn, training=True))  # input errors come first
-        if self.is_chief:
-            tf.io.gfile.makedirs(o.output_dir)
-            writer = tf.summary.create_file_writer(o.output_dir)
-        else:
-            writer = tf.summary.create_noop_writer()
+        writer = summaries.writer(o.output_dir, self.is_chief)
         history = []
         bar = tqdm(total=self.num_train_steps, initial=step, desc="train", unit="step",
                    disable=not o.progress, dynamic_ncols=True)
@@ -345,10 +293,7 @@ class Trainer:
                 if self.loss_scaling:
                     m["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
                 history.append(m)
-                with writer.as_default(step=step):
-                    for key, value in m.items():
-                        if key != "step":
-                            tf.summary.scalar(key, value)
+                summaries.write_scalars(writer, step, {k: v for k, v in m.items() if k != "step"})
                 log.info("step %d/%d %s lr=%.3g examples/s=%.1f", step, self.num_train_steps,
                          self.task.log_text(m), m["learning_rate"], m["examples_per_second"])
                 bar.update(n)
@@ -407,12 +352,8 @@ class Trainer:
         results["global_step"] = self.step
         if self.is_chief:
             self.write_results(results)
-            writer = tf.summary.create_file_writer(posixpath.join(self.options.output_dir,
-                                                                  "eval"))
-            with writer.as_default(step=results["global_step"]):
-                for key in task.eval_keys:
-                    tf.summary.scalar(key, results[key])
-            writer.flush()
+            summaries.write_eval(self.options.output_dir, results["global_step"],
+                                 {k: results[k] for k in task.eval_keys})
             log.info("eval at step %d: %s", results["global_step"],
                      " ".join(f"{k}={results[k]:.4f}" for k in task.eval_keys))
         return results
@@ -439,9 +380,6 @@ class Trainer:
             self.options.output_dir, "export")
         if self.is_chief:
             return self.task.export(self.model, export_dir)
-        tmp = tempfile.mkdtemp(prefix="bert_tf-worker-export-")
-        try:
+        with distribute.scratch_dir("bert_tf-worker-export-") as tmp:
             self.task.export(self.model, os.path.join(tmp, "export"))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return None
