@@ -7,6 +7,8 @@ mixed precision.
 import keras
 from keras import ops
 
+from bert_tf.modeling import fused
+
 LAYER_NORM_EPSILON = 1e-12
 ATTENTION_MASK_ADDER = -10000.0  # what the original adds to masked attention scores
 
@@ -210,6 +212,7 @@ class TransformerBlock(keras.layers.Layer):
         self.output_layer_norm = _layer_norm("output_layer_norm")
         self.dropout = keras.layers.Dropout(hidden_dropout_prob)
         self._act = get_activation(hidden_act)
+        self._train_act = fused.training_activation(hidden_act) or self._act
 
     def build(self, input_shape):
         self.attention.build(input_shape)
@@ -223,7 +226,8 @@ class TransformerBlock(keras.layers.Layer):
         attn = self.attention(x, bias, training=training)
         attn = self.dropout(self.attention_output(attn), training=training)
         h = ops.cast(self.attention_layer_norm(x + attn), self.compute_dtype)
-        ffn = self.output_dense(self._act(self.intermediate(h)))
+        act = self._train_act if training is True else self._act
+        ffn = self.output_dense(act(self.intermediate(h)))
         ffn = self.dropout(ffn, training=training)
         return ops.cast(self.output_layer_norm(h + ffn), self.compute_dtype)
 
