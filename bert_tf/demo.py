@@ -125,6 +125,13 @@ def _next_version(export_base, names):
 
 
 def write_demo_config(base_config_file, vocab_file, path):
+    """Writes `base_config_file` with vocab_size set to the vocab's size; returns the config.
+
+    Args:
+        base_config_file: bert_config.json to start from (e.g. configs/bert_tiny.json).
+        vocab_file: the vocab the demo learned or was given.
+        path: where to write the demo's bert_config.json.
+    """
     from bert_tf.modeling.config import BertConfig
     from bert_tf.tokenization import vocab_tokens
     cfg = BertConfig.from_json_file(base_config_file)
@@ -142,7 +149,17 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
              do_lower_case=True, vocab_size=2000, bert_config_file=TINY_CONFIG,
              max_seq_length=64, max_predictions_per_seq=10, dupe_factor=10, train_steps=1000,
              train_batch_size=32, learning_rate=5e-4, iterations_per_loop=100, seed=12345):
-    """Runs steps 1-6; returns a dict of paths and the per-loop training losses."""
+    """Runs steps 1-6; returns a dict of paths and the per-loop training losses.
+
+    Args:
+        output_dir: working folder (vocab, records, checkpoints, logs).
+        export_base: TF Serving base folder for the exported models.
+        input_file: raw text corpus, one sentence per line, blank lines between documents.
+        vocab_file: an existing vocab; None learns one of `vocab_size` from the corpus.
+        do_lower_case, vocab_size, bert_config_file, max_seq_length, max_predictions_per_seq,
+            dupe_factor, train_steps, train_batch_size, learning_rate, iterations_per_loop,
+            seed: as the flags of the same names of the scripts the demo runs.
+    """
     start = time.time()
     os.makedirs(output_dir, exist_ok=True)
     output_dir = os.path.abspath(output_dir)
@@ -221,6 +238,12 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
 
 
 def serving_instructions(export_base, model_name):
+    """Shell commands that serve `export_base/model_name` with stock TF Serving and query it.
+
+    Args:
+        export_base: the TF Serving base folder.
+        model_name: the model's folder (and serving name) under it.
+    """
     body = json.dumps({"instances": [DEMO_SENTENCES[0]]})
     return f"""# with the stock docker image (REST on 8501, gRPC on 8500):
 docker run --rm -p 8500:8500 -p 8501:8501 \\
@@ -235,6 +258,7 @@ curl -s -X POST http://localhost:8501/v1/models/{model_name}:predict \\
 
 
 def main(argv):
+    """Runs the demo with the command-line flags."""
     del argv
     try:
         run_demo(FLAGS.output_dir, FLAGS.export_base, FLAGS.input_file, FLAGS.vocab_file,

@@ -34,6 +34,12 @@ def _strings(x):
 
 
 def fill_mask(export_dir, texts):
+    """Prints and returns the top-5 tokens and scores for each [MASK] of each text.
+
+    Args:
+        export_dir: the text-in fill-mask SavedModel version folder.
+        texts: list of str, each with one or more [MASK].
+    """
     layer = keras.layers.TFSMLayer(export_dir, call_endpoint="serving_default")
     out = layer(tf.constant(texts))
     results = []
@@ -50,6 +56,13 @@ def fill_mask(export_dir, texts):
 
 
 def embed(preprocessor_dir, encoder_dir, texts):
+    """Prints and returns the cosine similarities of the texts' mean-pooled sequence outputs.
+
+    Args:
+        preprocessor_dir: the TF Hub-style preprocessor SavedModel.
+        encoder_dir: the TF Hub-style encoder SavedModel.
+        texts: list of str.
+    """
     # The TF Hub pattern: preprocessor and encoder as two layers of one Keras model. The
     # sentence vector is the mean of the real tokens' sequence_output (after a few hundred steps
     # the NSP-trained pooled_output barely tells sentences apart).
@@ -70,6 +83,7 @@ def embed(preprocessor_dir, encoder_dir, texts):
 
 
 def main(argv):
+    """Runs fill-mask and/or embedding on the exported models named by the flags."""
     del argv
     results = {}
     for flag in ("fill_mask_dir", "preprocessor_dir", "encoder_dir"):
