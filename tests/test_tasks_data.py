@@ -7,6 +7,7 @@ import pytest
 import bert_tf
 from bert_tf import BertError
 from bert_tf.tasks import classifier_data as cd
+from bert_tf.tasks import tfds_data
 from bert_tf.tasks import ner
 from bert_tf.tokenization import FullTokenizer
 
@@ -219,7 +220,7 @@ def test_regression_features(ref_tokenizer):
 def test_tfds_reader_with_mock_data():
     tfds = pytest.importorskip("tensorflow_datasets")
     with tfds.testing.mock_data(num_examples=6):
-        p = cd.TfdsProcessor("glue/mrpc")
+        p = tfds_data.TfdsProcessor("glue/mrpc")
         assert p.labels == ("not_equivalent", "equivalent")
         assert p.text_keys == ("sentence1", "sentence2")
         assert p.metrics == ("accuracy", "f1")
@@ -228,17 +229,17 @@ def test_tfds_reader_with_mock_data():
         assert len(train) == 6 and len(dev) == 6
         assert all(isinstance(e.text_a, str) and isinstance(e.text_b, str) for e in train)
         assert {e.label for e in train} <= set(p.labels)
-        s = cd.TfdsProcessor("glue/stsb")
+        s = tfds_data.TfdsProcessor("glue/stsb")
         assert s.is_regression and s.metrics == ("pearson", "spearman")
         assert all(isinstance(e.label, float) for e in s.get_dev_examples())
-        c = cd.TfdsProcessor("glue/cola")
+        c = tfds_data.TfdsProcessor("glue/cola")
         assert c.text_keys == ("sentence",) and c.metrics == ("accuracy", "mcc")
         assert c.get_test_examples()[0].text_b is None
-        m = cd.TfdsProcessor("glue/mnli")
+        m = tfds_data.TfdsProcessor("glue/mnli")
         assert m.splits["dev"] == "validation_matched" and m.text_keys == ("premise",
                                                                           "hypothesis")
     with pytest.raises(BertError, match=r"^--tfds_name: cannot load 'no_such_dataset_xyz'"):
-        cd.TfdsProcessor("no_such_dataset_xyz")
+        tfds_data.TfdsProcessor("no_such_dataset_xyz")
 
 
 # --- NER data -------------------------------------------------------------------------------

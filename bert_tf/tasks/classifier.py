@@ -14,7 +14,7 @@ import numpy as np
 
 from bert_tf import BertError
 from bert_tf.script_flags import flag
-from bert_tf.tasks import classifier_data, finetune, metrics
+from bert_tf.tasks import classifier_data, finetune, metrics, tfds_data
 
 log = logging.getLogger("bert_tf.tasks")
 
@@ -93,7 +93,7 @@ def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
 def get_processor(cfg):
     """The DataProcessor the flags ask for: --tfds_name, else --task_name over --data_dir."""
     if cfg.tfds_name:
-        return classifier_data.TfdsProcessor(cfg.tfds_name, data_dir=cfg.tfds_data_dir)
+        return tfds_data.TfdsProcessor(cfg.tfds_name, data_dir=cfg.tfds_data_dir)
     if not cfg.task_name:
         raise BertError("--task_name: required (or set --tfds_name)")
     processor = classifier_data.get_processor(cfg.task_name, language=cfg.xnli_language)
