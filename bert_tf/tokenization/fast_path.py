@@ -185,6 +185,7 @@ class FastPath:
                 support_detokenization=False)
         # A word's first piece is never a "##" token (a word cannot start with "#", which is
         # punctuation); every later piece is one.
+        self._unk_id = tf.constant(list(tokens).index(unk_token), tf.int64)
         self._first = tf.constant([not (t.startswith("##") and len(t) > 2) for t in tokens])
 
     def normalize(self, x):
@@ -202,8 +203,12 @@ class FastPath:
             (int64 RaggedTensor [n, words, pieces] ([n, pieces] unless by_word), bool per
             piece: the piece is a word over MAX_WORD_BYTES, whose ids are not the original's).
         """
-        ids, starts, ends = self.wordpiece.tokenize_with_offsets(text)
-        too_long = ends.values - starts.values > MAX_WORD_BYTES
+        ids = self.wordpiece.tokenize(text)
+        # A word over the byte limit comes out as one [UNK]: only a batch with an [UNK] needs
+        # the offsets (a second, rare pass) to tell it from a word the vocab cannot spell.
+        unk = tf.equal(ids.values, self._unk_id)
+        too_long = tf.cond(tf.reduce_any(unk), lambda: self._too_long(text, unk),
+                           lambda: tf.zeros_like(unk))
         if not by_word:
             return ids, too_long
         flat = ids.values
@@ -214,6 +219,10 @@ class FastPath:
         words = tf.RaggedTensor.from_nested_row_splits(
             flat, [tf.gather(words_before, ids.row_splits), piece_splits], validate=False)
         return words, too_long
+
+    def _too_long(self, text, unk):
+        _, starts, ends = self.wordpiece.tokenize_with_offsets(text)
+        return unk & (ends.values - starts.values > MAX_WORD_BYTES)
 
     def tokenize(self, x):
         """x: string [n] -> (int64 RaggedTensor [n, words, pieces], bool [n]: the row has a
