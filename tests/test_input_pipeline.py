@@ -122,8 +122,7 @@ def test_dynamic_mask_unmasks_and_never_picks_cls_sep_or_padding():
     unmasked = [[CLS_ID, 10, 11, SEP_ID, 20, 21, 22, SEP_ID], [CLS_ID, 30, 31, 32, SEP_ID, 0, 0, 0],
                 [CLS_ID, 40, 41, 42, 43, 44, 45, SEP_ID]]
     # masked_lm_prob 1: every candidate is predicted, so the positions are the candidates.
-    masker = BatchMasker(None, 8, 8, 1.0, vocab_size=VOCAB, mask_id=MASK_ID,
-                         count_special_tokens=False)
+    masker = BatchMasker(None, 8, 8, 1.0, vocab_size=VOCAB, mask_id=MASK_ID)
     out = {k: v.numpy() for k, v in dynamic_mask(_batch(rows, 8), masker, 1, 0, 0).items()}
     want = [[1, 2, 4, 5, 6], [1, 2, 3], [1, 2, 3, 4, 5, 6]]
     for j, pos in enumerate(want):
@@ -141,13 +140,12 @@ def test_dynamic_mask_is_keyed_by_seed_and_batch_index():
     # a resumed run depends on it; an intended change of the draws updates these numbers.
     rows = [([CLS_ID, 5, 6, 7, 8, SEP_ID], [0] * 6, {}),
             ([CLS_ID, 9, MASK_ID, SEP_ID, 11, 12, 13, SEP_ID], [0] * 4 + [1] * 4, {2: 10})]
-    masker = BatchMasker(None, 8, 3, 0.15, vocab_size=VOCAB, mask_id=MASK_ID,
-                         count_special_tokens=False)
+    masker = BatchMasker(None, 8, 3, 0.15, vocab_size=VOCAB, mask_id=MASK_ID)
     got = lambda seed, batch: {k: v.numpy().tolist() for k, v in dynamic_mask(
         _batch(rows), masker, seed, 0, batch).items()}
     a = got(3, 0)
     assert a == got(3, 0)
-    # 4 and 5 candidates * 0.15 -> round -> 1 prediction each (at least one, as the original).
+    # 6 and 8 tokens ([CLS]/[SEP] counted, as the original) * 0.15 -> round -> 1 prediction each.
     assert a["masked_lm_weights"] == [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
     assert a["masked_lm_positions"] == [[1, 0, 0], [2, 0, 0]]
     assert a["masked_lm_ids"] == [[5, 0, 0], [10, 0, 0]]
@@ -180,7 +178,7 @@ def test_dynamic_masking_statistics(tmp_path):
                 orig[p] = label
         real = np.array(f["input_mask"]) == 1
         cand = real & ~np.isin(orig, [CLS_ID, SEP_ID])
-        want_num = min(pred, max(1, round(cand.sum() * 0.15)))
+        want_num = min(pred, max(1, round(real.sum() * 0.15)))  # the original's rule
         w = b["masked_lm_weights"][j]
         num = int(w.sum())
         assert num == want_num and np.all(w[:num] == 1) and np.all(w[num:] == 0)

@@ -131,18 +131,15 @@ class BatchMasker:
         vocab_size: random replacements are drawn from [0, vocab_size) (without `vocab`).
         mask_id, cls_id, sep_id: ids of [MASK], [CLS], [SEP] (without `vocab`); [CLS] and [SEP]
             are needed by `mask` only (`mask_packed` finds them from the packing).
-        count_special_tokens: k counts [CLS]/[SEP] as the original (True) or is a fraction of
-            the candidates only (False: run_pretraining.py's dynamic masking).
     """
 
     def __init__(self, vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob,
                  whole_word=False, per_word=False, *, vocab_size=None, mask_id=None,
-                 cls_id=None, sep_id=None, count_special_tokens=True):
+                 cls_id=None, sep_id=None):
         import numpy as np
         self.np = np
         self.seq, self.preds, self.prob = max_seq_length, max_predictions_per_seq, masked_lm_prob
         self.whole_word, self.per_word = whole_word or per_word, per_word
-        self.count_special_tokens = count_special_tokens
         self.is_continuation = None
         if vocab is not None:
             self.cls, self.sep, self.mask_id = vocab[CLS], vocab[SEP], vocab[MASK]
@@ -159,16 +156,16 @@ class BatchMasker:
         self.cls, self.sep, self.mask_id = cls_id, sep_id, mask_id
         self.random_ids = np.arange(vocab_size, dtype=np.int64)
 
-    def num_to_predict(self, n, len_a):
-        """Predictions per row, k (before the whole-word greedy fit).
+    def num_to_predict(self, n):
+        """Predictions per row, k (before the whole-word greedy fit): the original's
+        min(max_predictions, max(1, round(n * masked_lm_prob))), n counting [CLS]/[SEP].
+        Dynamic masking uses the same rule: re-masked records keep their written statistics.
 
         Args:
             n: int [rows], tokens per row ([CLS]/[SEP] included).
-            len_a: int [rows], tokens of segment A (n - 2: one segment, no B).
         """
         np = self.np
-        count = n if self.count_special_tokens else self._num_candidates(n, len_a)
-        return np.minimum(self.preds, np.maximum(1, np.round(count * self.prob).astype(np.int64)))
+        return np.minimum(self.preds, np.maximum(1, np.round(n * self.prob).astype(np.int64)))
 
     def _num_candidates(self, n, len_a):
         """n - 3 ([CLS] a [SEP] b [SEP]), or n - 2 for one segment ([CLS] a [SEP])."""
@@ -191,7 +188,7 @@ class BatchMasker:
         np, seq, preds = self.np, self.seq, self.preds
         rows = len(ids)
         n, la = np.asarray(n, np.int64), np.asarray(len_a, np.int64)
-        k = self.num_to_predict(n, la)
+        k = self.num_to_predict(n)
         rows_c = np.arange(rows)[:, None]
         if self.whole_word:
             pos, word = self._whole_words(ids, la[:, None], n[:, None], k, gen)

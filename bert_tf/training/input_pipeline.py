@@ -302,7 +302,7 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     checks = (max_seq_length, vocab_size, type_vocab_size, flag)
     masker = BatchMasker(
         None, max_seq_length, max_predictions_per_seq, MASKED_LM_PROB, vocab_size=vocab_size,
-        mask_id=mask_id, count_special_tokens=False) if dynamic_masking else None
+        mask_id=mask_id) if dynamic_masking else None
 
     def check(features, paths, file_indices, indices):
         # The record's own ids and positions are checked before any re-masking.
