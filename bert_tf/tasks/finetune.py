@@ -238,12 +238,7 @@ def train(trainer, features, num_train_steps, num_warmup_steps):
 def predict(trainer, features, batch_size, output_keys, desc="predict"):
     """Model outputs (float32 NumPy) for every example, in order.
 
-    Args:
-        trainer: from make_trainer (restored).
-        features: dict of NumPy arrays with the encoder inputs.
-        batch_size: global batch.
-        output_keys: model outputs to return.
-        desc: progress bar label.
+    Args: as `predict_batches`, whose batches this concatenates.
     """
     results = {k: [] for k in output_keys}
     for out in predict_batches(trainer, features, batch_size, output_keys, desc):
