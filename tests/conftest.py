@@ -71,6 +71,15 @@ def write_pretraining_records(path, num_examples, seq_len=32, max_pred=5, vocab_
     return out
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _peers_installed(request):
+    """A peers test module whose imports failed (its PEER_ERROR) fails every test, never skips:
+    the default run deselects the `peers` marker, `make test-peers` must not pass silently."""
+    error = getattr(request.module, "PEER_ERROR", None)
+    if error is not None:
+        pytest.fail(f"peer not installed ({error}): run `make peers`", pytrace=False)
+
+
 @pytest.fixture
 def pretraining_records(tmp_path):
     """Two synthetic shards (seq 32, 5 predictions, vocab 64): (glob pattern, features)."""
