@@ -141,3 +141,20 @@ def run_pretraining_cases(cases, cwd, split_cpus=False):
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout.strip().splitlines()[-1]), res.stdout
 
+
+def original_pack(a, b, seq_length, cls=101, sep=102):
+    """The original's convert_single_example packing of token ids, written from its rules:
+    (input_ids, input_mask, segment_ids) lists; with b, pop from the longer side until
+    [CLS] a [SEP] b [SEP] fits; an empty or missing b is a single segment."""
+    a = list(a)
+    b = list(b) if b is not None else []
+    if b:
+        while len(a) + len(b) > seq_length - 3:
+            (a if len(a) > len(b) else b).pop()
+        ids = [cls] + a + [sep] + b + [sep]
+        types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    else:
+        ids = [cls] + a[:seq_length - 2] + [sep]
+        types = [0] * len(ids)
+    pad = seq_length - len(ids)
+    return ids + [0] * pad, [1] * len(ids) + [0] * pad, types + [0] * pad

@@ -24,7 +24,7 @@ from bert_tf.export import serving_ops
 from bert_tf.modeling import encoder as be
 from bert_tf.modeling import models as bm
 from bert_tf.export import common, serving
-from conftest import tiny_bert_config
+from conftest import original_pack, tiny_bert_config
 
 SEQ = 16
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "?", "!", "'", "-",
@@ -55,17 +55,8 @@ def py_ids(tok, text):
 
 
 def py_pack(a, b=None, seq=SEQ):
-    """The original's convert_single_example packing (longer side truncated first)."""
-    a, b = list(a), list(b or [])
-    if b:
-        while len(a) + len(b) > seq - 3:
-            (a if len(a) > len(b) else b).pop()
-    else:
-        a = a[:seq - 2]
-    ids = [2] + a + [3] + (b + [3] if b else [])
-    types = [0] * (len(a) + 2) + ([1] * (len(b) + 1) if b else [])
-    pad = seq - len(ids)
-    return ids + [0] * pad, [1] * len(ids) + [0] * pad, types + [0] * pad
+    """The original's packing (conftest.original_pack) with this vocab's [CLS]/[SEP]."""
+    return original_pack(a, b, seq, cls=2, sep=3)
 
 
 def py_batch(tok, texts, texts_b=None):

@@ -22,6 +22,7 @@ except ImportError as e:  # conftest fails every test of this module (never skip
 from bert_tf import BertError, tokenization
 from bert_tf.convert import interop, tfhub
 from bert_tf.export import export_encoder, export_preprocessor
+from conftest import original_pack
 
 pytestmark = pytest.mark.peers
 
@@ -37,18 +38,10 @@ H, LAYERS = 16, 2
 
 
 def py_pack(tok, text_a, text_b, seq):
-    """The original's convert_single_example packing."""
-    a = tok.convert_tokens_to_ids(tok.tokenize(text_a))
-    b = tok.convert_tokens_to_ids(tok.tokenize(text_b)) if text_b is not None else []
-    if b:
-        while len(a) + len(b) > seq - 3:
-            (a if len(a) > len(b) else b).pop()
-    else:
-        a = a[:seq - 2]
-    ids = [2] + a + [3] + (b + [3] if b else [])
-    types = [0] * (len(a) + 2) + [1] * (len(b) + 1 if b else 0)
-    pad = seq - len(ids)
-    return ids + [0] * pad, [1] * len(ids) + [0] * pad, types + [0] * pad
+    """The original's convert_single_example packing (conftest.original_pack) of two texts."""
+    ids = lambda text: tok.convert_tokens_to_ids(tok.tokenize(text))
+    return original_pack(ids(text_a), ids(text_b) if text_b is not None else None, seq,
+                         cls=2, sep=3)
 
 
 class Env:

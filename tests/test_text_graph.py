@@ -19,6 +19,7 @@ from bert_tf.export import serving_ops
 from bert_tf.tokenization import text_graph
 
 from bert_tf.tokenization import vocab_builder
+from conftest import original_pack
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "sample_text.txt")
 
@@ -331,20 +332,7 @@ def test_turkish_locale_does_not_change_lower_casing(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # pack_inputs
 
-def py_pack(a, b, seq_length, cls=101, sep=102):
-    """The original's convert_single_example packing, written from its rules."""
-    a = list(a)
-    b = list(b) if b is not None else []
-    if b:
-        while len(a) + len(b) > seq_length - 3:
-            (a if len(a) > len(b) else b).pop()
-        ids = [cls] + a + [sep] + b + [sep]
-        types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
-    else:
-        ids = [cls] + a[:seq_length - 2] + [sep]
-        types = [0] * len(ids)
-    pad = seq_length - len(ids)
-    return ids + [0] * pad, [1] * len(ids) + [0] * pad, types + [0] * pad
+py_pack = original_pack  # conftest: the original's packing, written from its rules
 
 
 def pack(segments, seq_length, cls=101, sep=102):
