@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import bert_tf  # noqa: F401
-from bert_tf.pretraining_data import documents, instances, schema, writer
+from bert_tf.pretraining_data import batch_encoder, documents, instances, schema, writer
 from bert_tf.pretraining_data.masking import BatchMasker, num_to_predict
 from bert_tf.pretraining_data.runner import Options, run
 from bert_tf.pretraining_data.stats import Stats
@@ -38,7 +38,9 @@ def test_batch_encoder_bytes_equal_the_proto(seq, preds, max_id):
         pos[i, :m[i]] = np.sort(rng.choice(np.arange(1, n[i]), m[i], replace=False))
         lab[i, :m[i]] = rng.integers(0, max_id + 1, m[i])
     nsp = rng.integers(0, 2, rows).astype(bool)
-    got = schema.BatchEncoder(seq, preds).encode(ids, n, a, pos, lab, m, nsp)
+    encoder = batch_encoder.BatchEncoder(seq, preds)
+    got = encoder.encode(ids, n, a, pos, lab, m, nsp)
+    assert encoder.encode(ids, n, a, pos, lab, m, nsp, framed=True) == [writer.frame([r]) for r in got]
     for i in range(rows):
         features = schema.pad_features(ids[i, :n[i]].tolist(), [0] * a[i] + [1] * (n[i] - a[i]),
                                        pos[i, :m[i]].tolist(), lab[i, :m[i]].tolist(),
@@ -61,26 +63,44 @@ def test_framing_is_read_back_by_tensorflow(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["r.tfrecord", "tf.tfrecord"]  # no temp file left
 
 
-# ---- pairs: bisection == the sentence-by-sentence loop -------------------------------------
+# ---- pairs: the vectorised lock-step maker == the original's sentence loop ------------------
 
-def _reference_pairs(rng, stats, doc, partners, max_seq_length, short_seq_prob):
-    """The original's per-sentence loop, with the same draws as InstanceMaker.pairs."""
-    rand = rng.random
+def _reference_truncate(seed, stream, step, a, b, max_num_tokens):
+    """The original's token-by-token truncation; coin k of a side is bit k of its draws."""
+    a, b, removed = list(a), list(b), {"a": 0, "b": 0}
+    while len(a) + len(b) > max_num_tokens:
+        side = "a" if len(a) > len(b) else "b"
+        seq = a if side == "a" else b
+        k = removed[side]
+        base = instances._TRUNC_A if side == "a" else instances._TRUNC_B
+        if instances.bits(seed, stream, step, base + k // 64) >> (k % 64) & 1:
+            del seq[0]
+        else:
+            seq.pop()
+        removed[side] += 1
+    return a, b
+
+
+def _reference_pairs(seed, stream, doc, partners, max_seq_length, short_seq_prob):
+    """The original's per-sentence loop for one pass over `doc`, with make_pairs's draws."""
+    def u(step, slot):
+        return instances.uniform(seed, stream, step, slot)
     max_num_tokens = max_seq_length - 3
     target = max_num_tokens
-    if rand() < short_seq_prob:
-        target = 2 + int(rand() * (max_num_tokens - 1))
-    out, chunk, length, i = [], [], 0, 0
+    if u(0, 0) < short_seq_prob:
+        target = 2 + int(u(0, 1) * (max_num_tokens - 1))
+    out, chunk, length, i, step = [], [], 0, 0, 0
     while i < len(doc):
         chunk.append(doc[i])
         length += len(doc[i])
         if i == len(doc) - 1 or length >= target:
-            a_end = 1 + int(rand() * (len(chunk) - 1)) if len(chunk) >= 2 else 1
+            step += 1
+            a_end = 1 + int(u(step, 0) * (len(chunk) - 1)) if len(chunk) >= 2 else 1
             a = [t for s in chunk[:a_end] for t in s]
-            if len(chunk) == 1 or rand() < 0.5:
-                other = partners[int(rand() * len(partners))] if partners else doc
+            if len(chunk) == 1 or u(step, 1) < 0.5:
+                other = partners[int(u(step, 2) * len(partners))] if partners else doc
                 b = []
-                for j in range(int(rand() * len(other)), len(other)):
+                for j in range(int(u(step, 3) * len(other)), len(other)):
                     b.extend(other[j])
                     if len(b) >= target - len(a):
                         break
@@ -89,29 +109,56 @@ def _reference_pairs(rng, stats, doc, partners, max_seq_length, short_seq_prob):
             else:
                 b = [t for s in chunk[a_end:] for t in s]
                 nsp = False
-            if len(a) + len(b) > max_num_tokens:
-                a, b = instances.InstanceMaker(max_seq_length, 0, rng, stats)._truncate(
-                    a, b, max_num_tokens)
+            a, b = _reference_truncate(seed, stream, step, a, b, max_num_tokens)
             out.append((a, b, nsp))
             chunk, length = [], 0
         i += 1
     return out
 
 
+def _batch(docs):
+    lines = [s for d in docs for s in d]
+    doc_lines = np.cumsum([0] + [len(d) for d in docs])
+    flat = np.array([t for s in lines for t in s], np.int32)
+    return instances.DocumentBatch.from_lines(flat, [len(s) for s in lines], doc_lines)
+
+
 @pytest.mark.parametrize("seq,short", [(128, 0.1), (24, 0.5), (8, 0.9)])
 def test_pairs_equal_the_sentence_loop(seq, short):
     gen = random.Random(seq)
     docs = [[[gen.randint(5, 99) for _ in range(gen.randint(1, 40))]
-             for _ in range(gen.randint(1, 30))] for _ in range(60)]
-    docs += [[[7]], [[1], [2], [3]], [[4, 5]]]
-    packed = [instances.pack_document(d) for d in docs]
-    ref_rng, rng = random.Random(3), random.Random(3)
-    maker = instances.InstanceMaker(seq, short, rng, Stats())
-    for k, doc in enumerate(docs):
-        for _ in range(3):
-            expected = _reference_pairs(ref_rng, Stats(), doc, docs[max(0, k - 4):k], seq, short)
-            assert maker.pairs(packed[k], packed[max(0, k - 4):k]) == expected, k
-    assert maker.stats.nsp_same_document > 0  # k = 0 has no partners: counted
+             for _ in range(gen.randint(1, 30))] for _ in range(40)]
+    docs += [[[7]], [[1], [2], [3]], [[4, 5]], [[gen.randint(5, 99) for _ in range(300)]]]
+    pool, dupe, seed, first, key0 = _batch(docs), 3, 12345 + seq, 5, 1000
+    stats = Stats()
+    pairs = instances.make_pairs(pool, first, len(docs) - first, dupe, key0, seq, short, seed, stats)
+    flat = pool.flat.tolist()
+    got = {}
+    for i in np.lexsort((pairs.chunk, pairs.stream)):
+        a = flat[pairs.a_start[i]:pairs.a_start[i] + pairs.a_len[i]]
+        b = flat[pairs.b_start[i]:pairs.b_start[i] + pairs.b_len[i]]
+        got.setdefault(int(pairs.stream[i]), []).append((a, b, bool(pairs.is_random_next[i])))
+    expected, truncated = {}, 0
+    for d in range(first, len(docs)):
+        for p in range(dupe):
+            stream = (key0 + d - first) * dupe + p
+            expected[stream] = _reference_pairs(seed, stream, docs[d], docs[:d] + docs[d + 1:],
+                                                seq, short)
+            assert got[stream] == expected[stream], (d, p)
+    assert len(got) == len(expected)
+    assert stats.truncated_instances > 0 and stats.nsp_same_document == 0
+    one = instances.make_pairs(_batch(docs[:1]), 0, 1, 2, 0, seq, short, seed, stats)
+    assert stats.nsp_same_document == int(one.is_random_next.sum()) > 0  # no other document
+
+
+def test_document_batch_drops_empty_lines_and_documents():
+    batch = instances.DocumentBatch.from_lines(np.arange(7, dtype=np.int32), [2, 0, 1, 0, 0, 4],
+                                               [0, 2, 3, 5, 6])
+    assert batch.off.tolist() == [0, 2, 3, 7] and batch.doc.tolist() == [0, 1, 2, 3]
+    assert batch.document(2).flat.tolist() == [3, 4, 5, 6]
+    both = instances.DocumentBatch.concat([batch, batch.document(0)])
+    assert both.doc.tolist() == [0, 1, 2, 3, 4] and both.off.tolist() == [0, 2, 3, 7, 9]
+    assert both.flat.tolist() == list(range(7)) + [0, 1]
 
 
 # ---- masking -------------------------------------------------------------------------------

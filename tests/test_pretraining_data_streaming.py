@@ -79,11 +79,20 @@ def test_id_tokenizer_equals_full_tokenizer(tmp_path):
                                               "\x85", "\x7f", "\xa0", "\u2028", "\u3000", "\u200b",
                                               "\ufffd", "博推", "É", "ß", "\u0130", "##", "[MASK]"]
         rng = random.Random(1)
+        texts = []
         for _ in range(3000):
             text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
             expected = full.convert_tokens_to_ids(full.tokenize(text))
             assert fast.encode(text) == expected, repr(text)
             assert fast.encode(text) == expected, repr(text)  # cached path
+            texts.append((text, expected))
+        # Whole batches at once, with a word table that starts over every ~50 words.
+        for lines_fast in (IdTokenizer(dict(full.vocab), lower), IdTokenizer(dict(full.vocab), lower, 50)):
+            for lo in range(0, 3000, 700):
+                batch = texts[lo:lo + 700]
+                ids, lengths = lines_fast.encode_lines([t for t, _ in batch])
+                assert lengths.tolist() == [len(e) for _, e in batch]
+                assert ids.tolist() == [i for _, e in batch for i in e]
 
 
 # ---- shard planning -----------------------------------------------------------------------

@@ -213,7 +213,7 @@ class BatchMasker:
         return Masked(ids, pos, labels, valid.astype(np.float32), kinds.astype(np.int8))
 
     def mask(self, pairs, gen, stats):
-        """Packs and masks pairs: the padded arrays `schema.BatchEncoder.encode` takes.
+        """Packs and masks pairs: the padded arrays `batch_encoder.BatchEncoder.encode` takes.
 
         Args:
             pairs: [(tokens_a ids, tokens_b ids, is_random_next)].
@@ -244,8 +244,24 @@ class BatchMasker:
         n = la + lb + 3
         ids = np.zeros((rows, seq), np.int64)
         ids[np.arange(seq)[None, :] < n[:, None]] = np.fromiter(flat, np.int64, len(flat))
-        out = self.mask_packed(ids, n, la, gen)
+        return self.mask_rows(ids, n, la, nsp, gen, stats)
 
+    def mask_rows(self, ids, n, len_a, is_random_next, gen, stats):
+        """`mask_packed` plus the stats: the padded arrays `batch_encoder.BatchEncoder.encode` takes.
+
+        Args:
+            ids: int [rows, max_seq_length] packed rows (masked in place).
+            n, len_a: int [rows], tokens per row and len(a).
+            is_random_next: bool [rows].
+            gen: the numpy Generator to draw from.
+            stats: a `stats.Stats`, counted into.
+
+        Returns:
+            as `mask`.
+        """
+        np = self.np
+        rows, nsp = len(ids), np.asarray(is_random_next, bool)
+        out = self.mask_packed(ids, n, len_a, gen)
         m = (out.kinds > 0).sum(axis=1)
         total_m, total_n = int(m.sum()), int(n.sum())
         n_mask = int((out.kinds == AS_MASK).sum())
@@ -260,30 +276,30 @@ class BatchMasker:
         stats.masked_kept += total_m - n_mask - n_random
         stats.nsp_random_next += n_next
         stats.nsp_actual_next += rows - n_next
-        return out.ids, n, la + 2, out.positions, out.labels, m, nsp
+        return out.ids, n, len_a + 2, out.positions, out.labels, m, nsp
 
     def _tokens(self, la, n, k, gen):
-        """Sorted positions (padded with seq) of k tokens drawn uniformly from the candidates."""
+        """Sorted positions (padded with seq) of k tokens drawn uniformly without replacement
+        from the candidates: Floyd's algorithm, one step for all rows at a time (k <= preds
+        steps of [rows] vectors, instead of sorting [rows, seq] random keys)."""
         np, seq = self.np, self.seq
         rows = len(n)
-        cand = self._num_candidates(n, la)  # a, then b
+        cand = self._num_candidates(n, la)  # slots: a, then b
         k = np.minimum(k, cand)
-        col = np.arange(seq)[None, :]
-        keys = gen.random((rows, seq))
-        keys[col >= cand[:, None]] = 2.0  # candidate slots first, in random order
-        width = int(k.max()) if rows else 0
-        if 0 < width < seq:  # the `width` smallest keys, then their order
-            part = np.argpartition(keys, width - 1, axis=1)[:, :width]
-            slots = np.take_along_axis(
-                part, np.argsort(np.take_along_axis(keys, part, axis=1), axis=1), axis=1)
-        else:
-            slots = np.argsort(keys, axis=1)
-        pos = slots + 1 + (slots >= la[:, None])  # slot -> position: skip [CLS], middle [SEP]
-        pos = np.where(np.arange(slots.shape[1])[None, :] < k[:, None], pos, seq)
-        pos.sort(axis=1)
+        steps = int(k.max()) if rows else 0
+        chosen = np.zeros((rows, seq + 1), bool)
+        r = np.arange(rows)
+        u = gen.random((steps, rows))
+        for s in range(steps):  # for j in cand-k .. cand-1: t ~ U[0, j]; take t, or j if taken
+            j = cand - k + s
+            t = np.minimum((u[s] * (j + 1)).astype(np.int64), seq)
+            t = np.where(chosen[r, t], j, t)
+            act = np.nonzero(s < k)[0]
+            chosen[act, t[act]] = True
+        rr, slot = np.nonzero(chosen)  # row-major: each row's slots in ascending order
+        starts = np.cumsum(k) - k
         out = np.full((rows, self.preds), seq, np.int64)
-        take = min(self.preds, pos.shape[1])
-        out[:, :take] = pos[:, :take]
+        out[rr, np.arange(len(rr)) - starts[rr]] = slot + 1 + (slot >= la[rr])  # skip [CLS], mid [SEP]
         return out
 
     def _whole_words(self, ids, la_c, n_c, k, gen):

@@ -109,8 +109,11 @@ _VARINT_CACHE = []  # varints of 0..65535, filled on first use (keeps the import
 
 
 def _varints():
-    if not _VARINT_CACHE:
-        _VARINT_CACHE.extend(_varint(i) for i in range(1 << 16))
+    if not _VARINT_CACHE:  # 1-, 2- and 3-byte varints, without _varint's loop (~8 ms, not 50)
+        _VARINT_CACHE.extend([bytes((i,)) for i in range(0x80)])
+        _VARINT_CACHE.extend([bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(0x80, 0x4000)])
+        _VARINT_CACHE.extend([bytes(((i & 0x7F) | 0x80, ((i >> 7) & 0x7F) | 0x80, i >> 14))
+                              for i in range(0x4000, 0x10000)])
     return _VARINT_CACHE
 
 
@@ -119,10 +122,14 @@ def _varint_fast(value):
 
 
 def _len_field(tag, payload):
-    return tag + _varint_fast(len(payload)) + payload
+    return tag + _varint(len(payload)) + payload
 
 
 def _int64_feature(values):
+    if len(values) < 1024 and not _VARINT_CACHE:  # a few record heads: no table needed
+        packed = b"".join([_varint(int(v)) for v in values])
+        int64_list = _len_field(b"\x0a", packed) if values else b""
+        return _len_field(b"\x1a", int64_list)
     cache = _varints()
     try:
         # min() guards against negative values, which would silently index from the end.
@@ -281,122 +288,3 @@ class RecordEncoder:
                          h_lm_pos, lm_pos_packed, w_entry, self._nsp[1 if is_random_next else 0],
                          seg_entry))
         return b"\x0a" + _varint_fast(len(body)) + body
-
-
-# ---- vectorised encoder: many records at once (streaming and Beam) ---------------------------
-
-MAX_BATCH_ID = 1 << 21  # ids and positions below this are varints of at most 3 bytes
-
-
-def _varint_block(matrix):
-    """Varints of a [rows, cols] matrix of ints in [0, 2**21) -> (uint8 [rows, cols*w], valid),
-    w = the most bytes any value needs (1, 2 or 3)."""
-    import numpy as np
-    top = int(matrix.max()) if matrix.size else 0
-    rows = matrix.shape[0]
-    if top < 0x80:
-        return matrix.astype(np.uint8), np.ones(matrix.shape, bool)
-    big = matrix >= 0x80
-    low = ((matrix & 0x7F) | (big << 7)).astype(np.uint8)
-    if top < 0x4000:
-        block = np.stack([low, (matrix >> 7).astype(np.uint8)], axis=-1)
-        valid = np.stack([np.ones_like(big), big], axis=-1)
-    else:
-        huge = matrix >= 0x4000
-        block = np.stack([low, (((matrix >> 7) & 0x7F) | (huge << 7)).astype(np.uint8),
-                          (matrix >> 14).astype(np.uint8)], axis=-1)
-        valid = np.stack([np.ones_like(big), big, huge], axis=-1)
-    return block.reshape(rows, -1), valid.reshape(rows, -1)
-
-
-class BatchEncoder:
-    """`encode_example`'s bytes for a batch of padded instances, built with numpy.
-
-    A record is a fixed sequence of parts (sorted feature names); each part is a byte block
-    with a validity mask, so concatenating the blocks and keeping the valid bytes gives all
-    records back to back. Only the varint heads in front of the three id features depend on
-    their payload length: they come from tables indexed by that length.
-    """
-
-    def __init__(self, max_seq_length, max_predictions_per_seq):
-        import numpy as np
-        self.np = np
-        self.seq, self.preds = seq, preds = max_seq_length, max_predictions_per_seq
-        entry = RecordEncoder._packed_entry
-        self._ids_head = self._head_table("input_ids", seq, 3 * seq)
-        self._lm_head = self._head_table("masked_lm_ids", preds, 3 * preds)
-        self._pos_head = self._head_table("masked_lm_positions", preds, 3 * preds)
-        self._mask_head = self._fixed_head(entry("input_mask", b"\x00" * seq), seq)
-        self._seg_head = self._fixed_head(entry("segment_ids", b"\x00" * seq), seq)
-        weights = _len_field(b"\x0a", _KEY_FIELDS["masked_lm_weights"] + _len_field(
-            b"\x12", _float_feature([0.0] * preds)))
-        self._w_head = self._fixed_head(weights, 4 * preds)
-        nsp = [RecordEncoder._int64_entry("next_sentence_labels", [v]) for v in (0, 1)]
-        self._nsp = np.frombuffer(b"".join(nsp), np.uint8).reshape(2, -1)
-
-    def _fixed_head(self, entry, payload):
-        return self.np.frombuffer(entry[:len(entry) - payload], self.np.uint8)
-
-    def _head_table(self, name, lo, hi):
-        """[hi + 1, width] heads for payload lengths lo..hi (rows below lo unused), + lengths."""
-        np = self.np
-        heads = [b""] * lo + [RecordEncoder._packed_entry(name, b"\x00" * p)[:-p]
-                              for p in range(lo, hi + 1)]
-        width = max(len(h) for h in heads)
-        table = np.zeros((hi + 1, width), np.uint8)
-        lengths = np.array([len(h) for h in heads])
-        for p, h in enumerate(heads):
-            table[p, :len(h)] = np.frombuffer(h, np.uint8)
-        return table, lengths
-
-    def _var_part(self, matrix, table):
-        """Head + varints of each row -> (blocks, valids, lengths)."""
-        np = self.np
-        block, valid = _varint_block(matrix)
-        payload = valid.sum(axis=1)
-        heads, head_lengths = table
-        head_len = head_lengths[payload]
-        head_valid = np.arange(heads.shape[1])[None, :] < head_len[:, None]
-        return [heads[payload], block], [head_valid, valid], head_len + payload
-
-    def encode(self, ids, n, num_segment_a, positions, labels, m, is_random_next):
-        """Padded arrays -> list of serialized tf.train.Example records (bytes).
-
-        Args:
-            ids: int [rows, seq], 0-padded.
-            n: int [rows], real tokens.
-            num_segment_a: int [rows], tokens with segment id 0.
-            positions, labels: int [rows, preds], 0-padded.
-            m: int [rows], real predictions.
-            is_random_next: bool [rows].
-        """
-        np, seq, preds = self.np, self.seq, self.preds
-        rows = len(n)
-        col_s, col_p = np.arange(seq)[None, :], np.arange(preds)[None, :]
-        n_c = n[:, None]
-
-        def fixed(head, payload):
-            block = np.concatenate([np.broadcast_to(head, (rows, len(head))), payload], axis=1)
-            return [block], [np.ones(block.shape, bool)], block.shape[1]
-
-        weights = np.where(col_p < m[:, None], np.float32(1), np.float32(0)).astype("<f4")
-        parts = [
-            self._var_part(ids, self._ids_head),
-            fixed(self._mask_head, (col_s < n_c).astype(np.uint8)),
-            self._var_part(labels, self._lm_head),
-            self._var_part(positions, self._pos_head),
-            fixed(self._w_head, weights.view(np.uint8).reshape(rows, 4 * preds)),
-            fixed(np.zeros(0, np.uint8), self._nsp[is_random_next.astype(np.int64)]),
-            fixed(self._seg_head, ((col_s >= num_segment_a[:, None]) & (col_s < n_c)).astype(np.uint8)),
-        ]
-        body = sum(p[2] for p in parts)
-        outer, outer_valid = _varint_block(np.asarray(body, np.int64).reshape(rows, 1))
-        blocks = [np.full((rows, 1), 0x0A, np.uint8), outer]
-        valids = [np.ones((rows, 1), bool), outer_valid]
-        for b, v, _ in parts:
-            blocks += b
-            valids += v
-        flat = np.concatenate(blocks, axis=1)[np.concatenate(valids, axis=1)].tobytes()
-        ends = np.cumsum(1 + outer_valid.sum(axis=1) + body).tolist()
-        starts = [0] + ends[:-1]
-        return [flat[s:e] for s, e in zip(starts, ends)]

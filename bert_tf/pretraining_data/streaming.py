@@ -30,10 +30,9 @@ import traceback
 
 from bert_tf import BertError
 from bert_tf.pretraining_data import documents as docs_lib
-from bert_tf.pretraining_data.instances import (InstanceMaker, RecordMaker, num_sentences,
-                                                 numpy_generator, pack_document)
+from bert_tf.pretraining_data.instances import (DocumentBatch, RecordMaker, make_pairs,
+                                                 numpy_generator)
 from bert_tf.pretraining_data.stats import Stats
-from bert_tf.pretraining_data.writer import frame
 from bert_tf.tokenization import IdTokenizer
 
 RECORD_BATCH = 1000  # records per message from a worker to the writer
@@ -142,20 +141,32 @@ def _iter_task_documents(task):
 
 # ---- one shard ---------------------------------------------------------------------------
 
-BATCH_PAIRS = 512  # pairs masked and encoded together
+BATCH_CHARS = 1 << 19  # characters of text tokenized, paired, masked and encoded together
 
 
-def _tokenized(pieces, tokenizer):
-    """(packed token-id document, or None without tokens; bytes) per document of `pieces`."""
-    for sentences, nbytes in _iter_task_documents(ShardTask(-1, pieces)):
-        ids = [x for x in map(tokenizer.encode, sentences) if x]
-        yield (pack_document(ids) if ids else None), nbytes
+def _batches(pieces, tokenizer):
+    """(DocumentBatch, documents read, input bytes) per batch of `pieces`' documents; a batch
+    closes after BATCH_CHARS characters and 2 documents (the last one may be smaller)."""
+    lines, doc_lines, chars, nbytes = [], [0], 0, 0
+    for sentences, more in _iter_task_documents(ShardTask(-1, pieces)):
+        nbytes += more
+        if sentences:
+            lines += sentences
+            doc_lines.append(len(lines))
+            chars += sum(map(len, sentences))
+        if chars >= BATCH_CHARS and len(doc_lines) > 2:
+            ids, lengths = tokenizer.encode_lines(lines)
+            yield DocumentBatch.from_lines(ids, lengths, doc_lines), len(doc_lines) - 1, nbytes
+            lines, doc_lines, chars, nbytes = [], [0], 0, 0
+    if len(doc_lines) > 1 or nbytes:
+        ids, lengths = tokenizer.encode_lines(lines)
+        yield DocumentBatch.from_lines(ids, lengths, doc_lines), len(doc_lines) - 1, nbytes
 
 
 def _first_document(pieces, tokenizer):
-    for doc, _ in _tokenized(pieces, tokenizer):
-        if doc is not None:
-            return doc
+    for batch, _, _ in _batches(pieces, tokenizer):
+        if len(batch):
+            return batch.document(0)
     return None
 
 
@@ -173,12 +184,12 @@ def run_shard(task, cfg, tokenizer, send):
     rand = rng.random
     gen = numpy_generator(seed)
     stats = Stats()
-    maker = InstanceMaker(cfg.max_seq_length, cfg.short_seq_prob, rng, stats)
     recorder = RecordMaker(cfg)
     reservoir, seen, capacity = [], 0, cfg.nsp_reservoir_size
     buffer, buffer_size = [], cfg.shuffle_buffer_size
-    pending, out, docs_done, bytes_done = [], [], 0, 0
-    # Draw order: pairs use `rng` (Python), masking uses `gen` (numpy); both seeded per shard.
+    out, docs_done, bytes_done = [], 0, 0
+    # Draws: pairs are counter-based (instances.make_pairs), masking uses `gen` (numpy), the
+    # reservoir and the shuffle buffer use `rng`; all seeded per shard.
 
     def shuffle_in(records):
         for record in records:
@@ -193,49 +204,43 @@ def run_shard(task, cfg, tokenizer, send):
 
     def flush():
         nonlocal out, docs_done, bytes_done
-        send(("records", task.index, frame(out), len(out), docs_done, bytes_done))
+        send(("records", task.index, b"".join(out), len(out), docs_done, bytes_done))
         out, docs_done, bytes_done = [], 0, 0
 
-    def process(doc, partners):
-        nonlocal pending, seen, docs_done
-        stats.documents += 1
-        stats.sentences += num_sentences(doc)
-        docs_done += 1
-        for _ in range(cfg.dupe_factor):
-            pending += maker.pairs(doc, partners)
-        if len(pending) >= BATCH_PAIRS:
-            shuffle_in(recorder.records(pending, gen, stats))
-            pending = []
-        seen += 1
-        if len(reservoir) < capacity:
-            reservoir.append(doc)
-        else:
-            j = int(rand() * seen)
-            if j < capacity:
-                reservoir[j] = doc
+    def process(batch, extra=()):
+        nonlocal seen
+        # Random-next partners: the reservoir (earlier documents) and the batch's other ones.
+        pool = DocumentBatch.concat(reservoir + [batch] + list(extra))
+        pairs = make_pairs(pool, len(reservoir), len(batch), cfg.dupe_factor, stats.documents,
+                           cfg.max_seq_length, cfg.short_seq_prob, seed, stats)
+        stats.documents += len(batch)
+        stats.sentences += batch.num_sentences
+        shuffle_in(recorder.records(pool.flat, pairs, gen, stats))
+        for d in range(len(batch)):
+            seen += 1
+            if len(reservoir) < capacity:
+                reservoir.append(batch.document(d))
+            else:
+                j = int(rand() * seen)
+                if j < capacity:
+                    reservoir[j] = batch.document(d)
 
-    docs = _tokenized(task.pieces, tokenizer)
-    for doc, nbytes in docs:
+    held = None  # the shard's first documents, until there are 2 (each needs a partner)
+    for batch, ndocs, nbytes in _batches(task.pieces, tokenizer):
+        docs_done += ndocs
         bytes_done += nbytes
-        if doc is None:
+        if held is not None:
+            batch = DocumentBatch.concat([held, batch])
+            held = None
+        if not reservoir and len(batch) < 2:
+            held = batch
             continue
-        if reservoir:
-            process(doc, reservoir)
-        else:  # the shard's first document: its partner is the next one (look-ahead)
-            nxt = None
-            for nxt, more in docs:
-                bytes_done += more
-                if nxt is not None:
-                    break
-            if nxt is not None:
-                process(doc, [nxt])
-                process(nxt, reservoir)
-            else:  # a one-document shard: the next shard's first document
-                other = _first_document(task.fallback, tokenizer)
-                process(doc, [other] if other is not None else [])
+        process(batch)
         if len(out) >= RECORD_BATCH:
             flush()
-    shuffle_in(recorder.records(pending, gen, stats))
+    if held is not None and len(held):  # a one-document shard: the next shard's first document
+        other = _first_document(task.fallback, tokenizer)
+        process(held, [other] if other is not None else [])
     rng.shuffle(buffer)
     out.extend(buffer)
     del buffer[:]
