@@ -149,13 +149,15 @@ def test_dynamic_mask_is_keyed_by_seed_and_batch_index():
     assert a["masked_lm_weights"] == [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
     assert a["masked_lm_positions"] == [[1, 0, 0], [2, 0, 0]]
     assert a["masked_lm_ids"] == [[5, 0, 0], [10, 0, 0]]
-    assert a["input_word_ids"] == [[CLS_ID, MASK_ID, 6, 7, 8, SEP_ID, 0, 0],
+    assert a["input_word_ids"] == [[CLS_ID, 5, 6, 7, 8, SEP_ID, 0, 0],  # 5 kept (10 %)
                                    [CLS_ID, 9, MASK_ID, SEP_ID, 11, 12, 13, SEP_ID]]
     b = got(3, 1)
-    assert b["masked_lm_positions"] == [[4, 0, 0], [1, 0, 0]]
-    assert b["input_word_ids"] == [[CLS_ID, 5, 6, 7, 37, SEP_ID, 0, 0],
-                                   [CLS_ID, MASK_ID, 10, SEP_ID, 11, 12, 13, SEP_ID]]
-    assert got(4, 0)["masked_lm_positions"] == [[4, 0, 0], [6, 0, 0]]
+    assert b["masked_lm_positions"] == [[3, 0, 0], [4, 0, 0]]
+    assert b["input_word_ids"] == [[CLS_ID, 5, 6, MASK_ID, 8, SEP_ID, 0, 0],
+                                   [CLS_ID, 9, 10, SEP_ID, MASK_ID, 12, 13, SEP_ID]]
+    c = got(4, 0)
+    assert c["masked_lm_positions"] == [[4, 0, 0], [4, 0, 0]]
+    assert c["input_word_ids"][0] == [CLS_ID, 5, 6, 7, 43, SEP_ID, 0, 0]  # 8 -> random 43
 
 
 def test_dynamic_masking_statistics(tmp_path):
