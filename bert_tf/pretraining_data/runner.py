@@ -309,6 +309,8 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
     for p in paths:
         writer_lib.remove_stale_tmps(p)
     todo = [t for t in tasks if t.index not in done]
+    for t in todo:
+        t.output = paths[t.index]
 
     total_bytes = sum(t.size for t in todo)
     progress = streaming_lib.Progress(total_bytes, opts.progress)
@@ -325,17 +327,19 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
 
     def on_message(message):
         kind, shard = message[0], message[1]
-        if kind == "records":
+        if kind == "records":  # in this process: we write
             f = open_files.get(shard)
             if f is None:
                 f = open_files[shard] = writer_lib.RecordFile(paths[shard])
             f.write_framed(message[2], message[3])
+        if kind in ("records", "progress"):
             progress.update(message[4], message[3], message[5])
         elif kind == "done":
             if message[3]:
                 worker_rss.append(message[3])
-            f = open_files.pop(shard, None) or writer_lib.RecordFile(paths[shard])
-            f.commit()
+            f = open_files.pop(shard, None)
+            if f is not None:  # else a worker wrote and renamed the file
+                f.commit()
             committed.append(paths[shard])
             done[shard] = message[2]
             write_journal(False)
@@ -352,9 +356,11 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
         progress.close()
         for f in open_files.values():
             f.abort()
+        for t in todo:  # temp files of stopped workers
+            writer_lib.remove_stale_tmps(t.output)
         if not isinstance(e, KeyboardInterrupt):
             # Errors leave nothing behind; an interrupted run keeps finished shards for --resume.
-            for p in committed:
+            for p in committed + [t.output for t in todo]:
                 writer_lib.remove_quietly(p)
             if journal_written and not journal_existed:
                 writer_lib.remove_quietly(stats_path)

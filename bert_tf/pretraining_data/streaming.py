@@ -33,6 +33,7 @@ from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data.instances import (DocumentBatch, RecordMaker, make_pairs,
                                                  numpy_generator)
 from bert_tf.pretraining_data.stats import Stats
+from bert_tf.pretraining_data.writer import RecordFile
 from bert_tf.tokenization import IdTokenizer
 
 RECORD_BATCH = 1000  # records per message from a worker to the writer
@@ -63,6 +64,7 @@ class ShardTask:
     pieces: list  # ("range", path, lo, hi) | ("file", path, size) | ("tfds", name, split, dir, key)
     size: int = 0  # bytes, for progress (0 when unknown)
     fallback: list = dataclasses.field(default_factory=list)  # other shards' pieces, next first
+    output: str = ""  # the shard's file, written by the worker that makes it
 
 
 def shard_seed(random_seed, shard_index):
@@ -284,10 +286,21 @@ def _worker_main(cfg, task_queue, result_queue):
         task = task_queue.get()
         if task is None:
             return
+        # The worker writes its shard itself (records never cross the pipe to the parent).
+        f = None
         try:
-            stats = run_shard(task, cfg, tokenizer, result_queue.put)
+            f = RecordFile(task.output)
+
+            def send(message, f=f):  # ("records", shard, framed, count, docs, bytes)
+                f.write_framed(message[2], message[3])
+                result_queue.put(("progress",) + message[1:2] + (None,) + message[3:])
+
+            stats = run_shard(task, cfg, tokenizer, send)
+            f.commit()
             result_queue.put(("done", task.index, stats.to_dict(), peak_rss_mb()))
         except BaseException as e:  # report, then stop: the parent aborts the run
+            if f is not None:
+                f.abort()
             result_queue.put(("error", task.index, _one_line(e)))
             return
 
@@ -308,8 +321,11 @@ def run_tasks(tasks, cfg, num_workers, on_message):
         tasks: the `ShardTask`s to run.
         cfg: the `StreamConfig`.
         num_workers: processes (<= 1: this one).
-        on_message: gets ("records", shard, framed bytes, records, docs, bytes) and
-            ("done", shard, stats_dict, worker_peak_rss_mb or None), in order per shard.
+        on_message: gets, in order per shard, ("records", shard, framed bytes, records,
+            docs, bytes) to write (in this process) or ("progress", shard, None, records, docs,
+            bytes) for what a worker wrote to `task.output`, then ("done", shard, stats_dict,
+            worker_peak_rss_mb or None) once the shard's file is complete (a worker renames
+            its file into place itself; in this process, on_message does).
     """
     if not tasks:
         return

@@ -202,6 +202,7 @@ class WordpieceTokenizer:
         self.unk_token = unk_token
         self.max_input_chars_per_word = max_input_chars_per_word
         self._cache = {}
+        self._suffixes = self._longest = None  # built on first use
 
     def tokenize(self, text):
         """WordPiece tokens of already basic-tokenized `text`; words are cached (bounded)."""
@@ -216,21 +217,30 @@ class WordpieceTokenizer:
         return output
 
     def word_pieces(self, word):
-        """Pieces of one whitespace-free word (uncached)."""
-        if len(word) > self.max_input_chars_per_word:
+        """Pieces of one whitespace-free word (uncached).
+
+        Candidates longer than the vocab's longest token are never tried, and continuation
+        pieces are looked up without their "##" (one string fewer per try).
+        """
+        n = len(word)
+        if n > self.max_input_chars_per_word:
             return [self.unk_token]
-        pieces, start, n = [], 0, len(word)
+        vocab = self.vocab
+        if n and word in vocab:
+            return [word]
+        if self._suffixes is None:
+            self._suffixes = {t[2:] for t in vocab if t.startswith("##")}
+            self._longest = max(map(len, vocab), default=1)
+        suffixes, longest = self._suffixes, self._longest
+        pieces, start = [], 0
         while start < n:
-            end, match = n, None
-            while start < end:
-                piece = word[start:end] if start == 0 else "##" + word[start:end]
-                if piece in self.vocab:
-                    match = piece
-                    break
+            table = suffixes if start else vocab
+            end = min(n, start + longest)
+            while start < end and word[start:end] not in table:
                 end -= 1
-            if match is None:
+            if start == end:
                 return [self.unk_token]
-            pieces.append(match)
+            pieces.append("##" + word[start:end] if start else word[start:end])
             start = end
         return pieces
 
@@ -317,12 +327,15 @@ class IdTokenizer:
             return self._slow(word)
         # ASCII: cleaning only deletes control characters; no CJK; NFD/accent stripping is a
         # no-op; every ASCII punctuation/symbol is a split point.
-        word = word.translate(_ASCII_CONTROL)
-        if self.basic.do_lower_case:
-            word = word.lower()
+        lower = self.basic.do_lower_case
+        if word.isalnum():  # letters and digits only: nothing to delete or split
+            parts = (word.lower() if lower else word,)
+        else:
+            word = word.translate(_ASCII_CONTROL)
+            parts = _ASCII_PUNCT_SPLIT.findall(word.lower() if lower else word)
         out = []
         piece_ids = self.piece_ids
-        for piece in _ASCII_PUNCT_SPLIT.findall(word):  # non-empty, no whitespace
+        for piece in parts:  # non-empty, no whitespace
             ids = piece_ids.get(piece)
             if ids is None:
                 vocab = self.vocab
@@ -351,16 +364,17 @@ class IdTokenizer:
         try:
             index = np.fromiter(map(table.__getitem__, words), np.int64, len(words))
         except KeyError:
-            if len(table) + len(words) > self.cache_size:  # bounded memory: start over
+            new = [w for w in dict.fromkeys(words) if w not in table]
+            if len(table) + len(new) > self.cache_size:  # bounded memory: start over
                 self._reset_table()
                 self.piece_ids.clear()
                 table = self._table
-            for w in words:
-                if w not in table:
-                    table[w] = len(table)
-                    ids = self._slow(w[2:]) if w.startswith("\x00 ") else self._word(w)
-                    self._pieces.extend(ids)
-                    self._piece_len.append(len(ids))
+                new = list(dict.fromkeys(words))
+            for w in new:
+                table[w] = len(table)
+                ids = self._slow(w[2:]) if w.startswith("\x00 ") else self._word(w)
+                self._pieces.extend(ids)
+                self._piece_len.append(len(ids))
             self._arrays = None
             index = np.fromiter(map(table.__getitem__, words), np.int64, len(words))
         if self._arrays is None:
