@@ -31,7 +31,11 @@ def _put_varints(out, valid, col, matrix, width):
         return np.full(len(matrix), c, np.int64)
     block = out[:, col:col + width * c]
     big = matrix >= 0x80
-    block[:, 0::width] = (matrix & 0x7F) | (big << 7)
+    # Low byte: the value's low 8 bits with bit 7 forced to the continuation flag (uint8 ops).
+    low = matrix.astype(np.uint8)
+    low &= 0x7F
+    low |= big.view(np.uint8) << 7
+    block[:, 0::width] = low
     valid[:, col + 1:col + width * c:width] = big
     used = c + big.sum(axis=1)
     if width == 2:

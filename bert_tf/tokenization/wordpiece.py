@@ -230,12 +230,12 @@ class WordpieceTokenizer:
             return [word]
         if self._suffixes is None:
             self._suffixes = {t[2:] for t in vocab if t.startswith("##")}
-            self._longest = max(map(len, vocab), default=1)
-        suffixes, longest = self._suffixes, self._longest
+            self._longest = (max(map(len, vocab), default=1), max(map(len, self._suffixes), default=0))
+        suffixes, (longest, longest_suffix) = self._suffixes, self._longest
         pieces, start = [], 0
         while start < n:
             table = suffixes if start else vocab
-            end = min(n, start + longest)
+            end = min(n, start + (longest_suffix if start else longest))
             while start < end and word[start:end] not in table:
                 end -= 1
             if start == end:
