@@ -40,7 +40,7 @@ def test_batch_encoder_bytes_equal_the_proto(seq, preds, max_id):
     nsp = rng.integers(0, 2, rows).astype(bool)
     encoder = batch_encoder.BatchEncoder(seq, preds)
     got = encoder.encode(ids, n, a, pos, lab, m, nsp)
-    assert encoder.encode(ids, n, a, pos, lab, m, nsp, framed=True) == [writer.frame([r]) for r in got]
+    assert encoder.encode_framed(ids, n, a, pos, lab, m, nsp).tobytes() == writer.frame(got)
     for i in range(rows):
         features = schema.pad_features(ids[i, :n[i]].tolist(), [0] * a[i] + [1] * (n[i] - a[i]),
                                        pos[i, :m[i]].tolist(), lab[i, :m[i]].tolist(),

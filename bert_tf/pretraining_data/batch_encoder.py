@@ -103,8 +103,19 @@ class BatchEncoder:
             heads.append(head)
         return np.frombuffer(b"".join(heads), np.uint8).reshape(-1, 12)[inverse.ravel()]
 
-    def encode(self, ids, n, num_segment_a, positions, labels, m, is_random_next, framed=False):
+    def encode(self, ids, n, num_segment_a, positions, labels, m, is_random_next):
         """Padded arrays -> list of serialized tf.train.Example records (bytes).
+
+        Args:
+            as for `encode_framed`.
+        """
+        flat, ends = self._records(ids, n, num_segment_a, positions, labels, m, is_random_next, False)
+        blob = flat.tobytes()
+        return [blob[s:e] for s, e in zip([0] + ends[:-1], ends)]
+
+    def encode_framed(self, ids, n, num_segment_a, positions, labels, m, is_random_next):
+        """Padded arrays -> the records as TFRecord frames, back to back: what a TFRecord file
+        holds (a uint8 array; write it as it is).
 
         Args:
             ids: int [rows, seq], 0-padded.
@@ -113,12 +124,26 @@ class BatchEncoder:
             positions, labels: int [rows, preds], 0-padded.
             m: int [rows], real predictions.
             is_random_next: bool [rows].
-            framed: return TFRecord frames (length, CRCs) rather than bare records.
         """
+        if not len(n):
+            return np.zeros(0, np.uint8)
+        flat, ends = self._records(ids, n, num_segment_a, positions, labels, m, is_random_next, True)
+        from bert_tf.pretraining_data.writer import _crc_fn
+        crc32c = _crc_fn()
+        unframed = flat.tobytes()  # crc32c takes bytes only (no numpy buffers, no memoryviews)
+        crcs = np.fromiter((crc32c(unframed[s + 12:e - 4]) for s, e in
+                            zip([0] + ends[:-1], ends)), np.uint64, len(ends))
+        masked = ((((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(0xA282EAD8))
+                  & np.uint64(0xFFFFFFFF)).astype("<u4")
+        tail = np.array(ends, np.int64)[:, None] - 4 + np.arange(4)[None, :]
+        flat[tail] = masked.view(np.uint8).reshape(-1, 4)
+        return flat
+
+    def _records(self, ids, n, num_segment_a, positions, labels, m, is_random_next, framed):
+        """(uint8 array of the records back to back, list of their end offsets); framed: with
+        the TFRecord length fields and room for the CRCs."""
         seq, preds = self.seq, self.preds
         rows = len(n)
-        if not rows:
-            return []
         widths = {name: _varint_width(x) for name, x in
                   (("input_ids", ids), ("masked_lm_ids", labels), ("masked_lm_positions", positions))}
         var_cols = {name: self._heads[name][0].shape[1] + widths[name] * x.shape[1] for name, x in
@@ -182,22 +207,7 @@ class BatchEncoder:
             outer, np.clip(rel - 1, 0, 2), axis=1))
         valid[:, lead:lead + 4] = rel >= 0
         record_len = 1 + outer_len + body
-        if not framed:
-            flat = out[valid].tobytes()
-            ends = np.cumsum(record_len).tolist()
-            return [flat[s:e] for s, e in zip([0] + ends[:-1], ends)]
-        out[:, :12] = self._frame_head(record_len)
-        # The record's CRC goes in the last 4 columns; they stay valid, filled in below.
-        flat = out[valid]
-        ends = np.cumsum(record_len + 16)
-        starts = ends - record_len - 16
-        from bert_tf.pretraining_data.writer import _crc_fn
-        crc32c = _crc_fn()
-        unframed = flat.tobytes()  # crc32c takes bytes only (no numpy buffers, no memoryviews)
-        crcs = np.fromiter((crc32c(unframed[s:e]) for s, e in
-                            zip((starts + 12).tolist(), (ends - 4).tolist())), np.uint64, rows)
-        masked = ((((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(0xA282EAD8))
-                  & np.uint64(0xFFFFFFFF)).astype("<u4")
-        flat[(ends - 4)[:, None] + np.arange(4)[None, :]] = masked.view(np.uint8).reshape(rows, 4)
-        blob = flat.tobytes()
-        return [blob[s:e] for s, e in zip(starts.tolist(), ends.tolist())]
+        if framed:
+            out[:, :12] = self._frame_head(record_len)
+            record_len = record_len + 16  # the last 4 columns: the record's CRC, filled in later
+        return out[valid], np.cumsum(record_len).tolist()

@@ -6,14 +6,14 @@ that runner's own pipeline options, passed through) runs:
   input cut into byte-range pieces (streaming.plan_file_shards)          Create + Reshuffle
   -> per piece, exactly streaming's per-shard work (streaming.run_shard: IdTokenizer, the
      original's chunking / NSP / truncation with a reservoir of earlier documents of the
-     piece, vectorised masking and encoding, a shuffle buffer), TFRecord-framed chunks of
-     ~1000 records                                                        MakeRecords
+     piece, vectorised masking and encoding, shuffled blocks), TFRecord-framed blocks of
+     >= shuffle_buffer_size records                                      MakeRecords
   -> <output_file>-SSSSS-of-NNNNN (num_shards=--output_shards)            + stats JSON
 
-So Beam's per-element cost is paid per piece and per chunk, not per document or record, and
+So Beam's per-element cost is paid per piece and per block, not per document or record, and
 the records are exactly the ones `--mode=streaming` writes with as many shards as there are
 pieces: the same on any runner with any number of workers. The number of pieces depends only
-on the input size (`num_pieces`); which output file a chunk lands in and the order of chunks
+on the input size (`num_pieces`); which output file a block lands in and the order of blocks
 are the runner's choice. Memory per worker is bounded as in streaming (one piece at a time).
 
 Needs the `beam` extra (`pip install -c constraints.txt -e '.[beam]'`); nothing else in
@@ -53,7 +53,7 @@ def plan_pieces(input_files):
 
 
 class MakeRecords(beam.DoFn):
-    """ShardTask -> TFRecord-framed chunks of records (+ the piece's stats dict, tagged)."""
+    """ShardTask -> TFRecord-framed blocks of records (+ the piece's stats dict, tagged)."""
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -64,13 +64,13 @@ class MakeRecords(beam.DoFn):
         self.tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
 
     def process(self, task):
-        """Runs one piece (`streaming.run_shard`): yields its framed record chunks, then its
+        """Runs one piece (`streaming.run_shard`): yields its framed record blocks, then its
         stats dict tagged `STATS_TAG`."""
         chunks = []
         stats = streaming_lib.run_shard(task, self.cfg, self.tokenizer, chunks.append)
         for message in chunks:
-            if message[3]:  # ("records", shard, framed bytes, count, docs, bytes)
-                yield message[2]
+            if message[3]:  # ("records", shard, framed records, count, docs, bytes)
+                yield bytes(message[2])
         yield beam.pvalue.TaggedOutput(STATS_TAG, stats.to_dict())
 
 

@@ -294,20 +294,30 @@ class RecordMaker:
                                   per_word=cfg.whole_word_mask_per_word)
         self.encoder = BatchEncoder(cfg.max_seq_length, cfg.max_predictions_per_seq)
 
-    def records(self, flat, pairs, gen, stats):
-        """TFRecord-framed tf.train.Example records of `pairs`, masked with numpy Generator `gen`.
+    def pack(self, flat, pairs):
+        """`pack_rows` of `pairs` -> (ids, n, len_a, is_random_next), what `records` takes.
 
         Args:
             flat: the token ids `pairs` point into.
             pairs: `Pairs` (`make_pairs`).
-            gen: the numpy Generator the masking draws from.
-            stats: a `Stats`, counted into.
         """
-        if not len(pairs):
-            return []
         ids, n, la = pack_rows(flat, pairs, self.seq, self.masker.cls, self.masker.sep)
-        return self.encoder.encode(*self.masker.mask_rows(ids, n, la, pairs.is_random_next,
-                                                          gen, stats), framed=True)
+        return ids, n, la, np.asarray(pairs.is_random_next, bool)
+
+    def records(self, packed, gen, stats, shuffle=True):
+        """Packed rows -> their masked records, TFRecord-framed back to back (a uint8 array).
+
+        Args:
+            packed: a list of `pack` results, made into one block.
+            gen: the numpy Generator the shuffling and masking draw from.
+            stats: a `Stats`, counted into.
+            shuffle: records in a random order (a permutation of the whole block).
+        """
+        ids, n, la, nsp = (np.concatenate(x) for x in zip(*packed))
+        if shuffle:
+            order = gen.permutation(len(n))
+            ids, n, la, nsp = ids[order], n[order], la[order], nsp[order]
+        return self.encoder.encode_framed(*self.masker.mask_rows(ids, n, la, nsp, gen, stats))
 
 
 def numpy_generator(seed):

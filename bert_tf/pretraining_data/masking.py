@@ -206,8 +206,7 @@ class BatchMasker:
         as_mask = valid & (u < 0.8)
         as_random = valid & (u >= 0.9)
         new = np.where(as_mask, self.mask_id, np.where(as_random, replacement, labels))
-        r, c = np.nonzero(valid)
-        ids[r, pos[r, c]] = new[r, c]
+        ids[rows_c, pos] = np.where(valid, new, ids[:, :1])  # padding slots rewrite [CLS]
         kinds = np.where(as_mask, AS_MASK, np.where(
             as_random & (replacement != labels), AS_RANDOM, np.where(valid, KEPT, 0)))
         return Masked(ids, pos, labels, valid.astype(np.float32), kinds.astype(np.int8))
@@ -288,6 +287,7 @@ class BatchMasker:
         k = np.minimum(k, cand)
         steps = int(k.max()) if rows else 0
         chosen = np.zeros((rows, seq + 1), bool)
+        picks = np.full((rows, max(steps, 1)), seq, np.int64)
         r = np.arange(rows)
         u = gen.random((steps, rows))
         for s in range(steps):  # for j in cand-k .. cand-1: t ~ U[0, j]; take t, or j if taken
@@ -296,10 +296,12 @@ class BatchMasker:
             t = np.where(chosen[r, t], j, t)
             act = np.nonzero(s < k)[0]
             chosen[act, t[act]] = True
-        rr, slot = np.nonzero(chosen)  # row-major: each row's slots in ascending order
-        starts = np.cumsum(k) - k
+            picks[act, s] = t[act]
+        picks.sort(axis=1)
+        pos = np.where(picks < seq, picks + 1 + (picks >= la[:, None]), seq)  # skip [CLS], mid [SEP]
         out = np.full((rows, self.preds), seq, np.int64)
-        out[rr, np.arange(len(rr)) - starts[rr]] = slot + 1 + (slot >= la[rr])  # skip [CLS], mid [SEP]
+        take = min(self.preds, pos.shape[1])
+        out[:, :take] = pos[:, :take]
         return out
 
     def _whole_words(self, ids, la_c, n_c, k, gen):

@@ -7,18 +7,20 @@ Design
   own `random.Random` seeded from (random_seed, s). So a shard's bytes depend on the input, the
   flags and the number of shards, never on `--num_workers` or on what other shards did: a killed
   run resumed with `--resume` (finished shards skipped) gives the same files as an uninterrupted one.
-- Per document: `dupe_factor` passes of the original's chunking/NSP/truncation logic (same
-  probabilities; `instances.InstanceMaker`), but a random-next segment comes from a reservoir
-  sample of at most `nsp_reservoir_size` earlier documents of the shard, not from the whole
-  corpus. The first document of a shard has no earlier one: it draws from the shard's second
-  document (look-ahead), or, in a one-document shard, from the first document of the next
-  shard; only a single-document corpus draws from itself (counted as `nsp_same_document`).
-  Instances go through a shuffle buffer of `shuffle_buffer_size` records. Memory is bounded by
-  those two buffers and the tokenizer cache, whatever the corpus size.
+- Documents are read in batches of about BATCH_CHARS characters (one `IdTokenizer.encode_lines`
+  call each). For every document of a batch, `dupe_factor` passes of the original's chunking /
+  NSP / truncation logic (same probabilities) run in lock-step (`instances.make_pairs`), but a
+  random-next segment comes from another document of the batch or from a reservoir sample of
+  at most `nsp_reservoir_size` earlier documents of the shard, not from the whole corpus. A
+  shard's first batch always holds 2 documents or more; only a one-document shard draws from
+  the first document of the next shard, and only a single-document corpus draws from itself
+  (counted as `nsp_same_document`).
+  Packed rows are collected into blocks of at least `shuffle_buffer_size` records; each block is
+  put in a random order, masked and encoded at once. Memory is bounded by a batch, a block, the
+  reservoir and the tokenizer cache, whatever the corpus size.
 - Workers are plain Python processes (no TensorFlow; forked when the parent has not loaded
-  it): they tokenize with `IdTokenizer` (per-word cache), mask and encode batches of pairs
-  with numpy (`instances.RecordMaker`), frame them as TFRecords and send the bytes to the
-  parent, which appends them to `<shard>.tmp-<pid>` and renames it when the shard is done.
+  it): they write their shard to `<shard>.tmp-<pid>` and rename it when the shard is done;
+  the parent only gets progress counts and each shard's stats.
 """
 import dataclasses
 import hashlib
@@ -36,7 +38,6 @@ from bert_tf.pretraining_data.stats import Stats
 from bert_tf.pretraining_data.writer import RecordFile
 from bert_tf.tokenization import IdTokenizer
 
-RECORD_BATCH = 1000  # records per message from a worker to the writer
 
 
 @dataclasses.dataclass
@@ -188,36 +189,30 @@ def run_shard(task, cfg, tokenizer, send):
     stats = Stats()
     recorder = RecordMaker(cfg)
     reservoir, seen, capacity = [], 0, cfg.nsp_reservoir_size
-    buffer, buffer_size = [], cfg.shuffle_buffer_size
-    out, docs_done, bytes_done = [], 0, 0
-    # Draws: pairs are counter-based (instances.make_pairs), masking uses `gen` (numpy), the
-    # reservoir and the shuffle buffer use `rng`; all seeded per shard.
-
-    def shuffle_in(records):
-        for record in records:
-            if len(buffer) < buffer_size:
-                buffer.append(record)
-            elif buffer_size:
-                j = int(rand() * buffer_size)
-                out.append(buffer[j])
-                buffer[j] = record
-            else:
-                out.append(record)
+    block, block_rows, docs_done, bytes_done = [], 0, 0, 0
+    # Draws: pairs are counter-based (instances.make_pairs); the shuffling and masking use
+    # `gen` (numpy), the reservoir `rng`; all seeded per shard.
 
     def flush():
-        nonlocal out, docs_done, bytes_done
-        send(("records", task.index, b"".join(out), len(out), docs_done, bytes_done))
-        out, docs_done, bytes_done = [], 0, 0
+        nonlocal block, block_rows, docs_done, bytes_done
+        if block:
+            data = recorder.records(block, gen, stats, shuffle=cfg.shuffle_buffer_size > 0)
+        else:
+            data = b""
+        send(("records", task.index, data, block_rows, docs_done, bytes_done))
+        block, block_rows, docs_done, bytes_done = [], 0, 0, 0
 
     def process(batch, extra=()):
-        nonlocal seen
+        nonlocal seen, block_rows
         # Random-next partners: the reservoir (earlier documents) and the batch's other ones.
         pool = DocumentBatch.concat(reservoir + [batch] + list(extra))
         pairs = make_pairs(pool, len(reservoir), len(batch), cfg.dupe_factor, stats.documents,
                            cfg.max_seq_length, cfg.short_seq_prob, seed, stats)
         stats.documents += len(batch)
         stats.sentences += batch.num_sentences
-        shuffle_in(recorder.records(pool.flat, pairs, gen, stats))
+        if len(pairs):
+            block.append(recorder.pack(pool.flat, pairs))
+            block_rows += len(pairs)
         for d in range(len(batch)):
             seen += 1
             if len(reservoir) < capacity:
@@ -238,21 +233,12 @@ def run_shard(task, cfg, tokenizer, send):
             held = batch
             continue
         process(batch)
-        if len(out) >= RECORD_BATCH:
+        if block_rows >= max(cfg.shuffle_buffer_size, 1):
             flush()
     if held is not None and len(held):  # a one-document shard: the next shard's first document
         other = _first_document(task.fallback, tokenizer)
         process(held, [other] if other is not None else [])
-    rng.shuffle(buffer)
-    out.extend(buffer)
-    del buffer[:]
-    while True:
-        rest = out[RECORD_BATCH:]
-        del out[RECORD_BATCH:]
-        flush()
-        if not rest:
-            break
-        out = rest
+    flush()
     return stats
 
 

@@ -201,12 +201,14 @@ class RecordFile:
         self.count += 1
 
     def write_framed(self, data, count):
-        """Append records already framed by `frame()` (one write per batch).
+        """Append records already framed (`frame()`, `BatchEncoder.encode_framed`): one write.
 
         Args:
-            data: the framed bytes.
+            data: the framed records (bytes or a uint8 array).
             count: records in them.
         """
+        if not isinstance(data, bytes) and not is_local(self.path):
+            data = bytes(data)  # a numpy array: gfile takes bytes
         self._file.write(data)
         self.count += count
 
