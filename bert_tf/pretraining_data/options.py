@@ -57,8 +57,9 @@ class Options:
     nsp_reservoir_size: int = flag(1000, "streaming and beam: documents kept (reservoir sample "
                                    "of the shard's or piece's earlier documents) to draw "
                                    "random-next segments from.")
-    shuffle_buffer_size: int = flag(10000, "streaming and beam: per-shard (per-piece) instance "
-                                    "shuffle buffer.")
+    shuffle_buffer_size: int = flag(10000, "streaming and beam: records are put in a random "
+                                    "order in blocks of at least this many (per shard or piece); "
+                                    "0: no shuffling.")
     stats_file: str = flag("", "Stats JSON (default: <output>.stats.json).")
     bert_config_file: str = flag("", "Optional bert_config.json: checks max_seq_length and the "
                                  "vocab size against it.")

@@ -361,9 +361,8 @@ class IdTokenizer:
             words += ws
             counts.append(len(ws))
         table = self._table
-        try:
-            index = np.fromiter(map(table.__getitem__, words), np.int64, len(words))
-        except KeyError:
+        index = np.fromiter(map(table.get, words, itertools.repeat(-1)), np.int64, len(words))
+        if (index < 0).any():
             new = [w for w in dict.fromkeys(words) if w not in table]
             if len(table) + len(new) > self.cache_size:  # bounded memory: start over
                 self._reset_table()
