@@ -122,11 +122,12 @@ def _varint_fast(value):
 
 
 def _len_field(tag, payload):
-    return tag + _varint(len(payload)) + payload
+    n = len(payload)
+    return tag + (_VARINT_CACHE[n] if n < len(_VARINT_CACHE) else _varint(n)) + payload
 
 
 def _int64_feature(values):
-    if len(values) < 1024 and not _VARINT_CACHE:  # a few record heads: no table needed
+    if len(values) <= 8 and not _VARINT_CACHE:  # a few short heads: not worth the table
         packed = b"".join([_varint(int(v)) for v in values])
         int64_list = _len_field(b"\x0a", packed) if values else b""
         return _len_field(b"\x1a", int64_list)
