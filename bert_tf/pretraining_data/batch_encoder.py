@@ -39,7 +39,7 @@ def _put_varints(out, valid, col, matrix, width):
     valid[:, col + 1:col + width * c:width] = big
     used = c + big.sum(axis=1)
     if width == 2:
-        block[:, 1::2] = matrix >> 7
+        block[:, 1::2] = (matrix >> 7).astype(np.uint8)
         return used
     huge = matrix >= 0x4000
     block[:, 1::3] = ((matrix >> 7) & 0x7F) | (huge << 7)
@@ -80,14 +80,16 @@ class BatchEncoder:
 
     @staticmethod
     def _head_table(name, values):
-        """Heads for payloads of values..3*values bytes: ([3*values + 1, width] bytes, lengths)."""
+        """Heads for payloads of values..3*values bytes, right-aligned (they sit right before
+        the payload): ([3*values + 1, width] bytes, [.., width] valid, lengths)."""
         heads = [b""] * values + [schema.RecordEncoder._packed_entry(name, b"\x00" * p)[:-p]
                                   for p in range(values, 3 * values + 1)]
         width = max(len(h) for h in heads)
         table = np.zeros((len(heads), width), np.uint8)
         for p, h in enumerate(heads):
-            table[p, :len(h)] = np.frombuffer(h, np.uint8)
-        return table, np.array([len(h) for h in heads])
+            table[p, width - len(h):] = np.frombuffer(h, np.uint8)
+        lengths = np.array([len(h) for h in heads])
+        return table, np.arange(width)[None, :] >= (width - lengths)[:, None], lengths
 
     def _frame_head(self, lengths):
         """[rows, 12] TFRecord length fields: u64 length + its masked CRC-32C."""
@@ -167,20 +169,13 @@ class BatchEncoder:
 
         def put_var(name, matrix):
             nonlocal col
-            table, lengths = self._heads[name]
-            hw = table.shape[1]
-            payload_col = col + hw
+            table, table_valid, lengths = self._heads[name]
+            payload_col = col + table.shape[1]
             used = _put_varints(out, valid, payload_col, matrix, widths[name])
-            head_len = lengths[used]
-            # The head sits right before the payload: left-pad it with invalid bytes.
-            shift = hw - head_len
-            cols = np.arange(hw)[None, :]
-            heads = table[used]
-            out[:, col:payload_col] = np.take_along_axis(
-                heads, np.maximum(cols - shift[:, None], 0), axis=1)
-            valid[:, col:payload_col] = cols >= shift[:, None]
+            out[:, col:payload_col] = table[used]
+            valid[:, col:payload_col] = table_valid[used]
             col = payload_col + widths[name] * matrix.shape[1]
-            body[:] += head_len + used
+            body[:] += lengths[used] + used
 
         below = self._below
         n = np.asarray(n, np.int64)
