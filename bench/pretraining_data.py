@@ -138,7 +138,7 @@ cpd.main(None)
 end = time.time()  # the bench measures from the process start (imports included)
 import tensorflow as tf
 n = sum(1 for _ in tf.data.TFRecordDataset("{out}"))
-from bert_tf.pretraining_data.streaming import peak_rss_mb
+from bert_tf.pretraining_data.workers import peak_rss_mb
 print(json.dumps({{"instances": n, "end": end, "rss_self_mb": peak_rss_mb(), "rss_child_mb": 0}}))
 """
 

@@ -313,11 +313,11 @@ def test_non_local_paths_go_through_gfile(mode):
 
 
 def test_forked_and_spawned_workers_write_the_same_bytes(tmp_path, monkeypatch):
-    from bert_tf.pretraining_data import streaming
+    from bert_tf.pretraining_data import workers
     corpus, vocab = _one_token_documents(tmp_path, 9)
     outs = {}
     for method in ("fork", "spawn"):
-        monkeypatch.setattr(streaming, "start_method", lambda m=method: m)
+        monkeypatch.setattr(workers, "start_method", lambda m=method: m)
         data = run(Options(input_file=corpus, vocab_file=vocab, mode="streaming", dupe_factor=3,
                            max_seq_length=24, max_predictions_per_seq=4, num_workers=2,
                            output_file=str(tmp_path / method / "out"), progress=False))

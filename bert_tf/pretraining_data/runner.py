@@ -11,6 +11,7 @@ from bert_tf import BertError
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import original as original_lib
 from bert_tf.pretraining_data import streaming as streaming_lib
+from bert_tf.pretraining_data import workers as workers_lib
 from bert_tf.pretraining_data import writer as writer_lib
 from bert_tf.pretraining_data.options import MODES, Options  # noqa: F401  (API)
 from bert_tf.pretraining_data.stats import Stats, dumps
@@ -204,7 +205,7 @@ def _run_original(opts, input_files, paths, stats_path, vocab_path, start):
     return _report(opts, stats, paths, stats_path, start,
                    {"vocab_file": vocab_path,
                     "config": _fingerprint(opts, input_files, vocab_path, len(paths)),
-                    "peak_rss_mb": {"writer": round(streaming_lib.peak_rss_mb(), 1), "workers": None}})
+                    "peak_rss_mb": {"writer": round(workers_lib.peak_rss_mb(), 1), "workers": None}})
 
 
 def _fingerprint(opts, input_files, vocab_path, num_shards):
@@ -279,7 +280,7 @@ def _run_beam(opts, input_files, paths, stats_path, vocab_path, start):
     return _report(opts, total, written, stats_path, start,
                    {"vocab_file": vocab_path, "runner": runner, "beam_args": list(opts.beam_args),
                     "config": _fingerprint(opts, input_files, vocab_path, len(written)),
-                    "peak_rss_mb": {"writer": round(streaming_lib.peak_rss_mb(), 1), "workers": None}})
+                    "peak_rss_mb": {"writer": round(workers_lib.peak_rss_mb(), 1), "workers": None}})
 
 
 def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
@@ -313,7 +314,7 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
         t.output = paths[t.index]
 
     total_bytes = sum(t.size for t in todo)
-    progress = streaming_lib.Progress(total_bytes, opts.progress)
+    progress = workers_lib.Progress(total_bytes, opts.progress)
     open_files, committed, worker_rss = {}, [], []
     journal_written = []
 
@@ -345,7 +346,7 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
             write_journal(False)
 
     try:
-        streaming_lib.run_tasks(todo, cfg, opts.num_workers, on_message)
+        workers_lib.run_tasks(todo, cfg, opts.num_workers, on_message)
         progress.close()
         total = Stats()
         for shard_stats in done.values():
@@ -369,5 +370,5 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
     return _report(opts, total, paths, stats_path, start,
                    {"vocab_file": vocab_path, "config": fingerprint, "shards": data["shards"],
                     "resumed_shards": len(tasks) - len(todo),
-                    "peak_rss_mb": {"writer": round(streaming_lib.peak_rss_mb(), 1),
+                    "peak_rss_mb": {"writer": round(workers_lib.peak_rss_mb(), 1),
                                     "workers": round(max(worker_rss), 1) if worker_rss else None}})

@@ -1,0 +1,131 @@
+"""IdTokenizer: FullTokenizer's ids, fast (the pre-training data path): cached per word, and
+whole batches of lines at once (`encode_lines`: one dict lookup per word and a numpy gather)."""
+import itertools
+import re
+
+from bert_tf.tokenization.wordpiece import BasicTokenizer, WordpieceTokenizer
+
+# Characters that Python's str.split() treats as whitespace but the original tokenizer deletes
+# (so they join their neighbours): a sentence containing one takes the uncached path.
+_SPLIT_MISMATCH = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
+_ASCII_CONTROL = {c: None for c in list(range(32)) + [127]}
+_ASCII_PUNCT_SPLIT = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
+
+
+class IdTokenizer:
+    """FullTokenizer's output as ids, cached per whitespace-separated word (the fast path).
+
+    FullTokenizer works word by word after whitespace splitting, so tokenize(text) equals the
+    concatenation over text.split() of tokenize(word), except for _SPLIT_MISMATCH characters
+    (such text takes the exact uncached path). Ids are identical to
+    `convert_tokens_to_ids(FullTokenizer.tokenize(text))`.
+
+    Args:
+        vocab: token -> id (`load_vocab`).
+        do_lower_case: as FullTokenizer's.
+        cache_size: words cached at most (the cache starts over when full: bounded memory).
+    """
+
+    def __init__(self, vocab, do_lower_case=True, cache_size=1 << 18):
+        self.vocab = vocab
+        self.basic = BasicTokenizer(do_lower_case=do_lower_case)
+        self.wordpiece = WordpieceTokenizer(vocab=vocab)
+        self.cache_size = cache_size
+        self.cache = {}
+        self.piece_ids = {}  # punctuation-split ASCII piece -> ids: "word," and "Word" share "word"
+        self._reset_table()  # encode_lines: word -> row of a piece table
+
+    def _slow(self, text):
+        vocab, wp = self.vocab, self.wordpiece
+        return [vocab[p] for t in self.basic.tokenize(text) for p in wp.tokenize(t)]
+
+    def _word(self, word):
+        """Ids of one whitespace-free word; ASCII words skip the per-character Unicode checks."""
+        if not word.isascii():
+            return self._slow(word)
+        # ASCII: cleaning only deletes control characters; no CJK; NFD/accent stripping is a
+        # no-op; every ASCII punctuation/symbol is a split point.
+        lower = self.basic.do_lower_case
+        if word.isalnum():  # letters and digits only: nothing to delete or split
+            parts = (word.lower() if lower else word,)
+        else:
+            word = word.translate(_ASCII_CONTROL)
+            parts = _ASCII_PUNCT_SPLIT.findall(word.lower() if lower else word)
+        out = []
+        piece_ids = self.piece_ids
+        for piece in parts:  # non-empty, no whitespace
+            ids = piece_ids.get(piece)
+            if ids is None:
+                vocab = self.vocab
+                ids = piece_ids[piece] = [vocab[p] for p in self.wordpiece.word_pieces(piece)]
+            out += ids
+        return out
+
+    def encode_lines(self, lines):
+        """Ids of many lines at once -> (int32 ids of all lines back to back, int64 [lines]
+        tokens per line); the same ids as `encode` per line.
+
+        Each distinct word gets a row of a piece table, so a batch costs one dict lookup per
+        word plus a numpy gather (a line with _SPLIT_MISMATCH characters is one "word" whose
+        key holds a space, so it never meets a real word).
+
+        Args:
+            lines: the lines (str).
+        """
+        import numpy as np
+        words, counts = [], []
+        for line in lines:
+            ws = ["\x00 " + line] if _SPLIT_MISMATCH.search(line) else line.split()
+            words += ws
+            counts.append(len(ws))
+        table = self._table
+        index = np.fromiter(map(table.get, words, itertools.repeat(-1)), np.int64, len(words))
+        if (index < 0).any():
+            new = [w for w in dict.fromkeys(words) if w not in table]
+            if len(table) + len(new) > self.cache_size:  # bounded memory: start over
+                self._reset_table()
+                self.piece_ids.clear()
+                table = self._table
+                new = list(dict.fromkeys(words))
+            for w in new:
+                table[w] = len(table)
+                ids = self._slow(w[2:]) if w.startswith("\x00 ") else self._word(w)
+                self._pieces.extend(ids)
+                self._piece_len.append(len(ids))
+            self._arrays = None
+            index = np.fromiter(map(table.__getitem__, words), np.int64, len(words))
+        if self._arrays is None:
+            lens = np.array(self._piece_len, np.int64)
+            starts = np.zeros(len(lens), np.int64)
+            np.cumsum(lens[:-1], out=starts[1:])
+            self._arrays = np.array(self._pieces, np.int32), starts, lens
+        pieces, starts, lens = self._arrays
+        word_len = lens[index]
+        ends = np.cumsum(word_len)
+        total = int(ends[-1]) if len(ends) else 0
+        # Position t of the output is piece (t - output start of its word) of that word.
+        src = np.repeat(starts[index] - (ends - word_len), word_len) + np.arange(total)
+        line_end = np.cumsum(np.array(counts, np.int64))
+        cum = np.concatenate([[0], ends])
+        return pieces[src], cum[line_end] - cum[line_end - np.array(counts, np.int64)]
+
+    def _reset_table(self):
+        self._table, self._pieces, self._piece_len, self._arrays = {}, [], [], None
+
+    def encode(self, text):
+        """Ids of `text` (a list of ints)."""
+        if _SPLIT_MISMATCH.search(text):
+            return self._slow(text)
+        words = text.split()
+        cache = self.cache
+        try:
+            return list(itertools.chain.from_iterable(map(cache.__getitem__, words)))
+        except KeyError:
+            if len(cache) >= self.cache_size:  # bounded memory: start over
+                cache.clear()
+                self.piece_ids.clear()
+                getattr(self.wordpiece, "_cache", {}).clear()
+            for w in words:
+                if w not in cache:
+                    cache[w] = tuple(self._word(w))
+            return list(itertools.chain.from_iterable(map(cache.__getitem__, words)))
