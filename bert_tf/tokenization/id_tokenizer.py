@@ -8,6 +8,7 @@ from bert_tf.tokenization.wordpiece import BasicTokenizer, WordpieceTokenizer
 # Characters that Python's str.split() treats as whitespace but the original tokenizer deletes
 # (so they join their neighbours): a sentence containing one takes the uncached path.
 _SPLIT_MISMATCH = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
+_NEEDS_CARE = re.compile("[\x00\x0b\x0c\x1c-\x1f\x85]")  # encode_lines: split line by line
 _ASCII_CONTROL = {c: None for c in list(range(32)) + [127]}
 _ASCII_PUNCT_SPLIT = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
 
@@ -73,11 +74,18 @@ class IdTokenizer:
             lines: the lines (str).
         """
         import numpy as np
-        words, counts = [], []
-        for line in lines:
-            ws = ["\x00 " + line] if _SPLIT_MISMATCH.search(line) else line.split()
-            words += ws
-            counts.append(len(ws))
+        # Every line's words, then the word "\x00" (no pieces: the original deletes NUL) that
+        # marks the line's end; one split() for the whole batch when no line needs care.
+        if any(map(_NEEDS_CARE.search, lines)):
+            words = []
+            for line in lines:
+                if _SPLIT_MISMATCH.search(line):
+                    words.append("\x00 " + line)
+                else:  # a lone NUL word has no pieces: drop it, "\x00" marks line ends
+                    words += [w for w in line.split() if w != "\x00"]
+                words.append("\x00")
+        else:
+            words = (" \x00 ".join(lines) + " \x00").split() if lines else []
         table = self._table
         index = np.fromiter(map(table.get, words, itertools.repeat(-1)), np.int64, len(words))
         if (index < 0).any():
@@ -86,7 +94,7 @@ class IdTokenizer:
                 self._reset_table()
                 self.piece_ids.clear()
                 table = self._table
-                new = list(dict.fromkeys(words))
+                new = [w for w in dict.fromkeys(words) if w not in table]
             for w in new:
                 table[w] = len(table)
                 ids = self._slow(w[2:]) if w.startswith("\x00 ") else self._word(w)
@@ -105,12 +113,12 @@ class IdTokenizer:
         total = int(ends[-1]) if len(ends) else 0
         # Position t of the output is piece (t - output start of its word) of that word.
         src = np.repeat(starts[index] - (ends - word_len), word_len) + np.arange(total)
-        line_end = np.cumsum(np.array(counts, np.int64))
-        cum = np.concatenate([[0], ends])
-        return pieces[src], cum[line_end] - cum[line_end - np.array(counts, np.int64)]
+        line_tokens = ends[index == 0]  # tokens up to each line's end marker (row 0)
+        return pieces[src], np.diff(line_tokens, prepend=0)
 
     def _reset_table(self):
-        self._table, self._pieces, self._piece_len, self._arrays = {}, [], [], None
+        # Row 0: "\x00", the end-of-line marker of encode_lines (no pieces).
+        self._table, self._pieces, self._piece_len, self._arrays = {"\x00": 0}, [], [0], None
 
     def encode(self, text):
         """Ids of `text` (a list of ints)."""
