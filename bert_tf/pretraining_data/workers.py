@@ -49,7 +49,7 @@ def keep_freed_memory():
         return
     m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
     mallopt(m_trim_threshold, 1 << 30)
-    mallopt(m_top_pad, 64 << 20)
+    mallopt(m_top_pad, 16 << 20)
     mallopt(m_mmap_threshold, 32 << 20)  # glibc's maximum on 64-bit
 
 
