@@ -23,6 +23,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,18 +104,24 @@ def run_cli(opts):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
     proc = subprocess.Popen([sys.executable, CLI] + _flags(opts), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    child_peak = 0.0
-    while proc.poll() is None:
-        if psutil is not None:
-            try:
-                for c in psutil.Process(proc.pid).children(recursive=True):
-                    child_peak = max(child_peak, c.memory_info().rss / 2**20)
-            except psutil.Error:
-                pass
-        time.sleep(0.1)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    child_peak = [0.0]
+
+    def sample():  # peak RSS of the children (Beam workers), off the timing thread
+        while proc.poll() is None:
+            if psutil is not None:
+                try:
+                    for c in psutil.Process(proc.pid).children(recursive=True):
+                        child_peak[0] = max(child_peak[0], c.memory_info().rss / 2**20)
+                except psutil.Error:
+                    pass
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()  # returns at the exit: the wall time is not rounded to a poll
     seconds = time.time() - start
-    _, err = proc.communicate()
+    sampler.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the script and its waited-for workers
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
@@ -124,7 +131,7 @@ def run_cli(opts):
     rss = data.get("peak_rss_mb") or {}
     return {"instances": data["totals"]["instances"], "seconds": seconds, "cpu_seconds": cpu,
             "rss_self_mb": rss.get("writer") or 0,
-            "rss_child_mb": rss.get("workers") or child_peak}
+            "rss_child_mb": rss.get("workers") or child_peak[0]}
 
 
 _GARDEN = r"""
