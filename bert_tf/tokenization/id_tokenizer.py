@@ -8,7 +8,6 @@ from bert_tf.tokenization.wordpiece import BasicTokenizer, WordpieceTokenizer
 # Characters that Python's str.split() treats as whitespace but the original tokenizer deletes
 # (so they join their neighbours): a sentence containing one takes the uncached path.
 _SPLIT_MISMATCH = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
-_NEEDS_CARE = re.compile("[\x00\x0b\x0c\x1c-\x1f\x85]")  # encode_lines: split line by line
 _ASCII_CONTROL = {c: None for c in list(range(32)) + [127]}
 _ASCII_PUNCT_SPLIT = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
 
@@ -76,7 +75,8 @@ class IdTokenizer:
         import numpy as np
         # Every line's words, then the word "\x00" (no pieces: the original deletes NUL) that
         # marks the line's end; one split() for the whole batch when no line needs care.
-        if any(map(_NEEDS_CARE.search, lines)):
+        joined = " \x00 ".join(lines) + " \x00" if lines else ""
+        if _SPLIT_MISMATCH.search(joined) or joined.count("\x00") != len(lines):
             words = []
             for line in lines:
                 if _SPLIT_MISMATCH.search(line):
@@ -85,28 +85,29 @@ class IdTokenizer:
                     words += [w for w in line.split() if w != "\x00"]
                 words.append("\x00")
         else:
-            words = (" \x00 ".join(lines) + " \x00").split() if lines else []
+            words = joined.split()
         table = self._table
         index = np.fromiter(map(table.get, words, itertools.repeat(-1)), np.int64, len(words))
-        if (index < 0).any():
-            new = [w for w in dict.fromkeys(words) if w not in table]
+        missing = np.flatnonzero(index < 0)
+        if len(missing):
+            new = list(dict.fromkeys(map(words.__getitem__, missing.tolist())))
             if len(table) + len(new) > self.cache_size:  # bounded memory: start over
                 self._reset_table()
                 self.piece_ids.clear()
                 table = self._table
                 new = [w for w in dict.fromkeys(words) if w not in table]
+            new_pieces, new_lens = [], []
             for w in new:
                 table[w] = len(table)
                 ids = self._slow(w[2:]) if w.startswith("\x00 ") else self._word(w)
-                self._pieces.extend(ids)
-                self._piece_len.append(len(ids))
-            self._arrays = None
-            index = np.fromiter(map(table.__getitem__, words), np.int64, len(words))
-        if self._arrays is None:
-            lens = np.array(self._piece_len, np.int64)
+                new_pieces += ids
+                new_lens.append(len(ids))
+            pieces, _, lens = self._arrays
+            lens = np.concatenate([lens, np.array(new_lens, np.int64)])
             starts = np.zeros(len(lens), np.int64)
             np.cumsum(lens[:-1], out=starts[1:])
-            self._arrays = np.array(self._pieces, np.int32), starts, lens
+            self._arrays = np.concatenate([pieces, np.array(new_pieces, np.int32)]), starts, lens
+            index = np.fromiter(map(table.__getitem__, words), np.int64, len(words))
         pieces, starts, lens = self._arrays
         word_len = lens[index]
         ends = np.cumsum(word_len)
@@ -117,8 +118,11 @@ class IdTokenizer:
         return pieces[src], np.diff(line_tokens, prepend=0)
 
     def _reset_table(self):
-        # Row 0: "\x00", the end-of-line marker of encode_lines (no pieces).
-        self._table, self._pieces, self._piece_len, self._arrays = {"\x00": 0}, [], [0], None
+        import numpy as np
+        # Row 0: "\x00", the end-of-line marker of encode_lines (no pieces). Rows: the word's
+        # pieces are pieces[starts[row]:starts[row] + lens[row]].
+        self._table = {"\x00": 0}
+        self._arrays = np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(1, np.int64)
 
     def encode(self, text):
         """Ids of `text` (a list of ints)."""
