@@ -134,8 +134,7 @@ def build(pipeline, cfg, tasks, output_prefix, num_shards, stats_path):
         stats_path: where the summed stats JSON is written.
     """
     made = (pipeline
-            | "Pieces" >> beam.Create(tasks)
-            | "SpreadPieces" >> beam.Reshuffle()
+            | "Pieces" >> beam.Create(tasks)  # reshuffles itself: pieces spread over workers
             | "MakeRecords" >> beam.ParDo(MakeRecords(cfg)).with_outputs(STATS_TAG, main="records"))
     _ = made.records | "Write" >> beam.io.Write(_FramedSink(output_prefix, num_shards))
     _ = (made[STATS_TAG]

@@ -173,7 +173,8 @@ def run_shard(task, cfg, tokenizer, send):
         task: the `ShardTask`.
         cfg: the `StreamConfig`.
         tokenizer: an `IdTokenizer` for cfg's vocab.
-        send: called with ("records", shard, framed bytes, records, documents, input bytes).
+        send: called with ("records", shard, framed records (bytes-like), records, documents,
+            input bytes), once per block of records.
     """
     seed = shard_seed(cfg.random_seed, task.index)
     rng = random.Random(seed)

@@ -95,7 +95,7 @@ def run_tasks(tasks, cfg, num_workers, on_message):
         tasks: the `ShardTask`s to run.
         cfg: the `StreamConfig`.
         num_workers: processes (<= 1: this one).
-        on_message: gets, in order per shard, ("records", shard, framed bytes, records,
+        on_message: gets, in order per shard, ("records", shard, framed records, records,
             docs, bytes) to write (in this process) or ("progress", shard, None, records, docs,
             bytes) for what a worker wrote to `task.output`, then ("done", shard, stats_dict,
             worker_peak_rss_mb or None) once the shard's file is complete (a worker renames
