@@ -96,6 +96,7 @@ class IdTokenizer:
                 self.piece_ids.clear()
                 table = self._table
                 new = [w for w in dict.fromkeys(words) if w not in table]
+                missing = np.arange(len(words))  # every row number changed
             new_pieces, new_lens = [], []
             for w in new:
                 table[w] = len(table)
@@ -107,7 +108,7 @@ class IdTokenizer:
             starts = np.zeros(len(lens), np.int64)
             np.cumsum(lens[:-1], out=starts[1:])
             self._arrays = np.concatenate([pieces, np.array(new_pieces, np.int32)]), starts, lens
-            index = np.fromiter(map(table.__getitem__, words), np.int64, len(words))
+            index[missing] = [table[words[i]] for i in missing.tolist()]
         pieces, starts, lens = self._arrays
         word_len = lens[index]
         ends = np.cumsum(word_len)
