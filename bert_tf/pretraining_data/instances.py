@@ -108,14 +108,19 @@ class DocumentBatch:
         """One batch holding the documents of `batches`, in order."""
         if len(batches) == 1:
             return batches[0]
-        flats, offs, docs, tokens, sentences = [], [np.zeros(1, np.int64)], [np.zeros(1, np.int64)], 0, 0
-        for b in batches:
-            flats.append(b.flat)
-            offs.append(b.off[1:] + tokens)
-            docs.append(b.doc[1:] + sentences)
-            tokens += int(b.off[-1])
-            sentences += len(b.off) - 1
-        return cls(np.concatenate(flats), np.concatenate(offs), np.concatenate(docs))
+        # One concatenation per array, then each part shifted by what precedes it (no loop
+        # of numpy calls: the pool holds up to nsp_reservoir_size one-document batches).
+        flats = [b.flat for b in batches]
+        offs = [b.off[1:] for b in batches]
+        docs = [b.doc[1:] for b in batches]
+        n_tok = np.fromiter(map(len, flats), np.int64, len(batches))
+        n_sent = np.fromiter(map(len, offs), np.int64, len(batches))
+        n_doc = np.fromiter(map(len, docs), np.int64, len(batches))
+        off = np.concatenate([np.zeros(1, np.int64)] + offs)
+        off[1:] += np.repeat(np.cumsum(n_tok) - n_tok, n_sent)
+        doc = np.concatenate([np.zeros(1, np.int64)] + docs)
+        doc[1:] += np.repeat(np.cumsum(n_sent) - n_sent, n_doc)
+        return cls(np.concatenate(flats), off, doc)
 
     def __len__(self):
         return len(self.doc) - 1
