@@ -10,6 +10,8 @@ from bert_tf.tokenization.wordpiece import BasicTokenizer, WordpieceTokenizer
 _SPLIT_MISMATCH = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 _ASCII_CONTROL = {c: None for c in list(range(32)) + [127]}
 _ASCII_PUNCT_SPLIT = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
+_ASCII_PUNCT = frozenset(c for c in map(chr, range(128)) if _ASCII_PUNCT_SPLIT.fullmatch(c)
+                         and not c.isalnum() and c.isprintable() and c != " ")
 
 
 class IdTokenizer:
@@ -47,19 +49,23 @@ class IdTokenizer:
         # no-op; every ASCII punctuation/symbol is a split point.
         lower = self.basic.do_lower_case
         if word.isalnum():  # letters and digits only: nothing to delete or split
-            parts = (word.lower() if lower else word,)
-        else:
-            word = word.translate(_ASCII_CONTROL)
-            parts = _ASCII_PUNCT_SPLIT.findall(word.lower() if lower else word)
+            return self._piece_ids(word.lower() if lower else word)
+        if word[-1] in _ASCII_PUNCT and word[:-1].isalnum():  # "word," "word." (common)
+            head = word[:-1]
+            return self._piece_ids(head.lower() if lower else head) + self._piece_ids(word[-1])
+        word = word.translate(_ASCII_CONTROL)
         out = []
-        piece_ids = self.piece_ids
-        for piece in parts:  # non-empty, no whitespace
-            ids = piece_ids.get(piece)
-            if ids is None:
-                vocab = self.vocab
-                ids = piece_ids[piece] = [vocab[p] for p in self.wordpiece.word_pieces(piece)]
-            out += ids
+        for piece in _ASCII_PUNCT_SPLIT.findall(word.lower() if lower else word):
+            out += self._piece_ids(piece)  # non-empty, no whitespace
         return out
+
+    def _piece_ids(self, piece):
+        """Ids of a punctuation-free (or single punctuation) ASCII piece, cached."""
+        ids = self.piece_ids.get(piece)
+        if ids is None:
+            vocab = self.vocab
+            ids = self.piece_ids[piece] = [vocab[p] for p in self.wordpiece.word_pieces(piece)]
+        return ids
 
     def encode_lines(self, lines):
         """Ids of many lines at once -> (int32 ids of all lines back to back, int64 [lines]
