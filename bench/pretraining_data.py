@@ -101,6 +101,8 @@ def run_cli(opts):
         psutil = None
     import resource
     stats_path = opts["output_file"] + ".stats.json"
+    if hasattr(os, "sync"):  # earlier rows' outputs are written back now, not during this row
+        os.sync()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
     proc = subprocess.Popen([sys.executable, CLI] + _flags(opts), cwd=REPO,
