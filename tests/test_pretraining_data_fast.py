@@ -163,6 +163,18 @@ def test_document_batch_drops_empty_lines_and_documents():
 
 # ---- masking -------------------------------------------------------------------------------
 
+def _packed(pairs, seq):
+    """[(a, b, is_random_next)] -> pack_rows's rows (ids, n, len_a) and the NSP labels."""
+    flat, cols = [], [[] for _ in range(5)]
+    for a, b, r in pairs:
+        for col, value in zip(cols, (len(flat), len(a), len(flat) + len(a), len(b), r)):
+            col.append(value)
+        flat += a + b
+    pairs = instances.Pairs(*(np.array(c) for c in cols), np.zeros(len(pairs)), np.zeros(len(pairs)))
+    ids, n, la = instances.pack_rows(np.array(flat, np.int32), pairs, seq, 2, 3)
+    return ids, n, la, pairs.is_random_next.astype(bool)
+
+
 def test_batch_masker_counts_and_positions():
     vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b",
                                          "##c", "##d", "e"])}
@@ -173,7 +185,8 @@ def test_batch_masker_counts_and_positions():
     for whole, per_word in ((False, False), (True, False), (True, True)):
         masker = BatchMasker(vocab, 64, 10, 0.15, whole_word=whole, per_word=per_word)
         stats = Stats()
-        ids, n, a2, pos, labels, m, nsp = masker.mask(pairs, instances.numpy_generator(1), stats)
+        ids, n, a2, pos, labels, m, nsp = masker.mask_rows(
+            *_packed(pairs, 64), instances.numpy_generator(1), stats)
         for i, (a, b, r) in enumerate(pairs):
             original = [2] + a + [3] + b + [3]
             k = num_to_predict(len(original), 0.15, 10)

@@ -129,13 +129,12 @@ class BatchMasker:
         per_word: one 80/10/10 decision per word (`--whole_word_mask_per_word`, implies
             whole_word).
         vocab_size: random replacements are drawn from [0, vocab_size) (without `vocab`).
-        mask_id, cls_id, sep_id: ids of [MASK], [CLS], [SEP] (without `vocab`); [CLS] and [SEP]
-            are needed by `mask` only (`mask_packed` finds them from the packing).
+        mask_id: id of [MASK] (without `vocab`; `mask_packed` finds [CLS] and [SEP] from the
+            packing).
     """
 
     def __init__(self, vocab, max_seq_length, max_predictions_per_seq, masked_lm_prob,
-                 whole_word=False, per_word=False, *, vocab_size=None, mask_id=None,
-                 cls_id=None, sep_id=None):
+                 whole_word=False, per_word=False, *, vocab_size=None, mask_id=None):
         import numpy as np
         self.np = np
         self.seq, self.preds, self.prob = max_seq_length, max_predictions_per_seq, masked_lm_prob
@@ -153,7 +152,8 @@ class BatchMasker:
             raise BertError("BatchMasker: needs a vocab, or vocab_size and mask_id")
         if self.whole_word:
             raise BertError("BatchMasker: whole-word masking needs the vocab (to find ## pieces)")
-        self.cls, self.sep, self.mask_id = cls_id, sep_id, mask_id
+        self.cls = self.sep = None  # (RecordMaker packs rows with them: it has a vocab)
+        self.mask_id = mask_id
         self.random_ids = np.arange(vocab_size, dtype=np.int64)
 
     def num_to_predict(self, n):
@@ -211,40 +211,6 @@ class BatchMasker:
             as_random & (replacement != labels), AS_RANDOM, np.where(valid, KEPT, 0)))
         return Masked(ids, pos, labels, valid.astype(np.float32), kinds.astype(np.int8))
 
-    def mask(self, pairs, gen, stats):
-        """Packs and masks pairs: the padded arrays `batch_encoder.BatchEncoder.encode` takes.
-
-        Args:
-            pairs: [(tokens_a ids, tokens_b ids, is_random_next)].
-            gen: the numpy Generator to draw from.
-            stats: a `stats.Stats`, counted into.
-
-        Returns:
-            (ids, n, num_segment_a, positions, labels, m, is_random_next): [rows, seq] ids,
-            [rows, preds] positions and labels, the rest [rows].
-        """
-        np, seq = self.np, self.seq
-        if self.cls is None or self.sep is None:
-            raise BertError("BatchMasker.mask: needs cls_id and sep_id (or a vocab)")
-        rows = len(pairs)
-        flat, lengths, nsp = [], [], []
-        cls, sep = self.cls, self.sep
-        for a, b, r in pairs:
-            flat.append(cls)
-            flat += a
-            flat.append(sep)
-            flat += b
-            flat.append(sep)
-            lengths.append(len(a))
-            lengths.append(len(b))
-            nsp.append(r)
-        lengths = np.array(lengths, np.int64).reshape(rows, 2)
-        la, lb, nsp = lengths[:, 0], lengths[:, 1], np.array(nsp, bool)
-        n = la + lb + 3
-        ids = np.zeros((rows, seq), np.int64)
-        ids[np.arange(seq)[None, :] < n[:, None]] = np.fromiter(flat, np.int64, len(flat))
-        return self.mask_rows(ids, n, la, nsp, gen, stats)
-
     def mask_rows(self, ids, n, len_a, is_random_next, gen, stats):
         """`mask_packed` plus the stats: the padded arrays `batch_encoder.BatchEncoder.encode` takes.
 
@@ -256,7 +222,8 @@ class BatchMasker:
             stats: a `stats.Stats`, counted into.
 
         Returns:
-            as `mask`.
+            (ids, n, num_segment_a, positions, labels, m, is_random_next): [rows, seq] ids,
+            [rows, preds] positions and labels, the rest [rows].
         """
         np = self.np
         rows, nsp = len(ids), np.asarray(is_random_next, bool)
