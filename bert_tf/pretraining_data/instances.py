@@ -248,9 +248,9 @@ def make_pairs(pool, first, count, dupe_factor, first_key, max_seq_length, short
         parts.append((a_start, la, b_start, lb, rand, key[live], np.full(len(live), step)))
         i0[live] = np.where(rand, a_end, i + 1)
         live = live[i0[live] < end[live]]
-    cols = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in zip(*parts)] if parts else \
-        [np.zeros(0, np.int64)] * 7
-    return Pairs(*cols)
+    if not parts:
+        return Pairs(*[np.zeros(0, np.int64)] * 7)
+    return Pairs(*(np.concatenate(c) for c in zip(*parts)))
 
 
 def pack_rows(flat, pairs, max_seq_length, cls_id, sep_id):

@@ -315,7 +315,7 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
 
     total_bytes = sum(t.size for t in todo)
     progress = workers_lib.Progress(total_bytes, opts.progress)
-    open_files, committed, worker_rss = {}, [], []
+    worker_rss = []
     journal_written = []
 
     def write_journal(complete):
@@ -328,20 +328,11 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
 
     def on_message(message):
         kind, shard = message[0], message[1]
-        if kind == "records":  # in this process: we write
-            f = open_files.get(shard)
-            if f is None:
-                f = open_files[shard] = writer_lib.RecordFile(paths[shard])
-            f.write_framed(message[2], message[3])
-        if kind in ("records", "progress"):
-            progress.update(message[4], message[3], message[5])
+        if kind == "progress":
+            progress.update(message[3], message[2], message[4])
         elif kind == "done":
             if message[3]:
                 worker_rss.append(message[3])
-            f = open_files.pop(shard, None)
-            if f is not None:  # else a worker wrote and renamed the file
-                f.commit()
-            committed.append(paths[shard])
             done[shard] = message[2]
             write_journal(False)
 
@@ -355,14 +346,12 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
             raise BertError(f"--input_file: no text found in {opts.input_file or opts.tfds_dataset!r}")
     except BaseException as e:
         progress.close()
-        for f in open_files.values():
-            f.abort()
         for t in todo:  # temp files of stopped workers
             writer_lib.remove_stale_tmps(t.output)
         if not isinstance(e, KeyboardInterrupt):
             # Errors leave nothing behind; an interrupted run keeps finished shards for --resume.
-            for p in committed + [t.output for t in todo]:
-                writer_lib.remove_quietly(p)
+            for t in todo:
+                writer_lib.remove_quietly(t.output)
             if journal_written and not journal_existed:
                 writer_lib.remove_quietly(stats_path)
         raise

@@ -53,6 +53,30 @@ def keep_freed_memory():
     mallopt(m_mmap_threshold, 32 << 20)  # glibc's maximum on 64-bit
 
 
+def write_shard(task, cfg, tokenizer, report):
+    """Make shard `task` into `task.output` (temp name, renamed when complete); returns its
+    Stats. `report` gets ("progress", shard, records, docs, bytes) per block written.
+
+    Args:
+        task: the `ShardTask` (with `output` set).
+        cfg: the `StreamConfig`.
+        tokenizer: an `IdTokenizer` for cfg's vocab.
+        report: called with each progress message.
+    """
+    f = RecordFile(task.output)
+    try:
+        def send(message):  # ("records", shard, framed, count, docs, bytes)
+            f.write_framed(message[2], message[3])
+            report(("progress",) + message[1:2] + message[3:])
+
+        stats = run_shard(task, cfg, tokenizer, send)
+        f.commit()
+    except BaseException:
+        f.abort()
+        raise
+    return stats
+
+
 def _worker_main(cfg, task_queue, result_queue):
     keep_freed_memory()
     tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
@@ -60,21 +84,10 @@ def _worker_main(cfg, task_queue, result_queue):
         task = task_queue.get()
         if task is None:
             return
-        # The worker writes its shard itself (records never cross the pipe to the parent).
-        f = None
-        try:
-            f = RecordFile(task.output)
-
-            def send(message, f=f):  # ("records", shard, framed, count, docs, bytes)
-                f.write_framed(message[2], message[3])
-                result_queue.put(("progress",) + message[1:2] + (None,) + message[3:])
-
-            stats = run_shard(task, cfg, tokenizer, send)
-            f.commit()
+        try:  # the worker writes its shard itself: records never cross the pipe
+            stats = write_shard(task, cfg, tokenizer, result_queue.put)
             result_queue.put(("done", task.index, stats.to_dict(), peak_rss_mb()))
         except BaseException as e:  # report, then stop: the parent aborts the run
-            if f is not None:
-                f.abort()
             result_queue.put(("error", task.index, _one_line(e)))
             return
 
@@ -95,11 +108,9 @@ def run_tasks(tasks, cfg, num_workers, on_message):
         tasks: the `ShardTask`s to run.
         cfg: the `StreamConfig`.
         num_workers: processes (<= 1: this one).
-        on_message: gets, in order per shard, ("records", shard, framed records, records,
-            docs, bytes) to write (in this process) or ("progress", shard, None, records, docs,
-            bytes) for what a worker wrote to `task.output`, then ("done", shard, stats_dict,
-            worker_peak_rss_mb or None) once the shard's file is complete (a worker renames
-            its file into place itself; in this process, on_message does).
+        on_message: gets, in order per shard, ("progress", shard, records, docs, bytes) for
+            each block written to `task.output`, then ("done", shard, stats_dict,
+            worker_peak_rss_mb or None) once that file is complete.
     """
     if not tasks:
         return
@@ -108,7 +119,7 @@ def run_tasks(tasks, cfg, num_workers, on_message):
         tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
         for task in tasks:
             try:
-                stats = run_shard(task, cfg, tokenizer, on_message)
+                stats = write_shard(task, cfg, tokenizer, on_message)
             except BertError:
                 raise
             except Exception as e:

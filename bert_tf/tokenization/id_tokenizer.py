@@ -19,7 +19,7 @@ class IdTokenizer:
 
     FullTokenizer works word by word after whitespace splitting, so tokenize(text) equals the
     concatenation over text.split() of tokenize(word), except for _SPLIT_MISMATCH characters
-    (such text takes the exact uncached path). Ids are identical to
+    (such a line goes whole through the exact path, as one table entry). Ids are identical to
     `convert_tokens_to_ids(FullTokenizer.tokenize(text))`.
 
     Args:
@@ -33,7 +33,6 @@ class IdTokenizer:
         self.basic = BasicTokenizer(do_lower_case=do_lower_case)
         self.wordpiece = WordpieceTokenizer(vocab=vocab)
         self.cache_size = cache_size
-        self.cache = {}
         self.piece_ids = {}  # punctuation-split ASCII piece -> ids: "word," and "Word" share "word"
         self._reset_table()  # encode_lines: word -> row of a piece table
 
@@ -132,19 +131,5 @@ class IdTokenizer:
         self._arrays = np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(1, np.int64)
 
     def encode(self, text):
-        """Ids of `text` (a list of ints)."""
-        if _SPLIT_MISMATCH.search(text):
-            return self._slow(text)
-        words = text.split()
-        cache = self.cache
-        try:
-            return list(itertools.chain.from_iterable(map(cache.__getitem__, words)))
-        except KeyError:
-            if len(cache) >= self.cache_size:  # bounded memory: start over
-                cache.clear()
-                self.piece_ids.clear()
-                getattr(self.wordpiece, "_cache", {}).clear()
-            for w in words:
-                if w not in cache:
-                    cache[w] = tuple(self._word(w))
-            return list(itertools.chain.from_iterable(map(cache.__getitem__, words)))
+        """Ids of `text` (a list of ints): `encode_lines` for one line (the same word table)."""
+        return self.encode_lines([text])[0].tolist()
