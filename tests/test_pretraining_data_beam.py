@@ -20,11 +20,6 @@ beam_lib = pytest.importorskip("bert_tf.pretraining_data.beam", exc_type=ImportE
 MP_ARGS = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
 
 
-def _records(paths):
-    import tensorflow as tf
-    return sorted(r.numpy() for r in tf.data.TFRecordDataset(list(paths)))
-
-
 @pytest.fixture(scope="module", autouse=True)
 def small_pieces():
     """~150 KB corpora: pieces of 32 KB so that several workers get work."""
@@ -100,25 +95,39 @@ def test_beam_shards_feed_the_training_input_pipeline(in_process):
     assert count == len(expected) - len(expected) % 7  # drop_remainder
 
 
-def test_beam_same_records_as_streaming_and_with_two_workers(in_process, corpus, tmp_path):
-    """The pieces are streaming's shards: the records equal --mode=streaming's with as many
-    shards, and 2 worker threads give the same set. (2 worker processes:
-    test_cli_multi_processing_pass_through, slow.)"""
+def test_beam_same_files_as_streaming_and_with_two_workers(in_process, corpus, tmp_path):
+    """A piece is streaming's shard, written by streaming's writer: --output_shards=3 gives
+    streaming's 3 files byte for byte, and 2 worker threads give them again. (2 worker
+    processes: test_cli_multi_processing_pass_through, slow.)"""
     d, data = in_process
     text, vocab = corpus
-    pieces = len(beam_lib.plan_pieces([text]))
-    assert pieces == beam_lib.num_pieces(os.path.getsize(text)) >= 2
     streamed = run(Options(input_file=text, vocab_file=vocab, mode="streaming", dupe_factor=5,
-                           output_file=str(tmp_path / "s" / "out"), output_shards=pieces,
+                           output_file=str(tmp_path / "s" / "out"), output_shards=3,
                            nsp_reservoir_size=30, progress=False))
-    assert _records(streamed["outputs"]) == _records(data["outputs"])
+    assert [_bytes(p) for p in streamed["outputs"]] == [_bytes(p) for p in data["outputs"]]
     assert _counters(streamed["totals"]) == _counters(data["totals"])
     other = run(Options(input_file=text, vocab_file=vocab, mode="beam", runner="DirectRunner",
                         beam_args=("--direct_num_workers=2", "--direct_running_mode=multi_threading"),
                         dupe_factor=5, output_file=str(tmp_path / "out"),
-                        output_shards=2, nsp_reservoir_size=30, progress=False))
+                        output_shards=3, nsp_reservoir_size=30, progress=False))
     assert _counters(other["totals"]) == _counters(data["totals"])
-    assert _records(other["outputs"]) == _records(data["outputs"])
+    assert [_bytes(p) for p in other["outputs"]] == [_bytes(p) for p in data["outputs"]]
+
+
+def test_beam_default_shard_count_is_the_piece_count(corpus, tmp_path):
+    text, vocab = corpus
+    pieces = beam_lib.plan_pieces([text], str(tmp_path / "out"))
+    assert len(pieces) == beam_lib.num_pieces(os.path.getsize(text)) >= 2
+    data = run(Options(input_file=text, vocab_file=vocab, mode="beam", runner="DirectRunner",
+                       dupe_factor=1, output_file=str(tmp_path / "out"), progress=False))
+    assert data["outputs"] == [t.output for t in pieces]
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        [os.path.basename(t.output) for t in pieces] + ["out.stats.json"])
+
+
+def _bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _counters(totals):
@@ -175,7 +184,7 @@ def test_library_imports_without_beam():
 @pytest.mark.slow
 def test_cli_multi_processing_pass_through(tmp_path, corpus, in_process):
     """The script passes the Beam options it does not know to the DirectRunner: 2 worker
-    processes give the same set of records as the in-process run."""
+    processes write the same files as the in-process run."""
     d, data = in_process
     text, vocab = corpus
     proc = subprocess.run(
@@ -184,12 +193,9 @@ def test_cli_multi_processing_pass_through(tmp_path, corpus, in_process):
          f"--output_file={tmp_path}/out", "--output_shards=3", "--nsp_reservoir_size=30"],
         capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    # Outside this process pieces are >= 1 MB: this corpus is one piece, streaming's 1 shard.
-    streamed = run(Options(input_file=text, vocab_file=vocab, mode="streaming", dupe_factor=5,
-                           output_file=str(tmp_path / "s" / "out"), nsp_reservoir_size=30,
-                           progress=False))
-    assert f"wrote {streamed['totals']['instances']} instances" in proc.stderr
-    assert _records(tmp_path.glob("out-*")) == _records(streamed["outputs"])
+    assert f"wrote {data['totals']['instances']} instances" in proc.stderr
+    names = [os.path.basename(p) for p in data["outputs"]]
+    assert [_bytes(tmp_path / n) for n in names] == [_bytes(p) for p in data["outputs"]]
     bad = subprocess.run(
         [sys.executable, os.path.join(REPO, "create_pretraining_data.py"), "--no_such_flag=1",
          f"--input_file={text}", f"--vocab_file={vocab}", f"--output_file={tmp_path}/x"],

@@ -3,40 +3,36 @@
 `create_pretraining_data.py --runner=DirectRunner|DataflowRunner|FlinkRunner|SparkRunner` (plus
 that runner's own pipeline options, passed through) runs:
 
-  input cut into byte-range pieces (streaming.plan_file_shards)          Create + Reshuffle
-  -> per piece, exactly streaming's per-shard work (streaming.run_shard: IdTokenizer, the
-     original's chunking / NSP / truncation with a reservoir of earlier documents of the
-     piece, vectorised masking and encoding, shuffled blocks), TFRecord-framed blocks of
-     >= shuffle_buffer_size records                                      MakeRecords
-  -> <output_file>-SSSSS-of-NNNNN (num_shards=--output_shards)            + stats JSON
+  input cut into N byte-range pieces (streaming.plan_file_shards), N = --output_shards or,
+  with 0, a function of the input size (`num_pieces`)                    Create (reshuffled)
+  -> per piece, exactly streaming's per-shard work and writer (workers.write_shard: IdTokenizer,
+     the original's chunking / NSP / truncation with a reservoir of earlier documents of the
+     piece, vectorised masking and encoding, shuffled blocks) into <output_file>-SSSSS-of-NNNNN
+     (temp name, renamed when complete)                                   MakeShards
+  -> the pieces' stats, summed                                            + stats JSON
 
-So Beam's per-element cost is paid per piece and per block, not per document or record, and
-the records are exactly the ones `--mode=streaming` writes with as many shards as there are
-pieces: the same on any runner with any number of workers. The number of pieces depends only
-on the input size (`num_pieces`); which output file a block lands in and the order of blocks
-are the runner's choice. Memory per worker is bounded as in streaming (one piece at a time).
+So Beam's per-element cost is paid per piece, no record crosses a Beam channel, and the files
+are byte for byte the ones `--mode=streaming --output_shards=N` writes: the same on any runner
+with any number of workers. A retried piece rewrites the same bytes. Memory per worker is
+bounded as in streaming (one piece at a time).
 
 Needs the `beam` extra (`pip install -c constraints.txt -e '.[beam]'`); nothing else in
 bert_tf imports this module.
 """
 import json
-import posixpath
 
 import apache_beam as beam
-from apache_beam import coders
-from apache_beam.io import filebasedsink
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import streaming as streaming_lib
+from bert_tf.pretraining_data import workers as workers_lib
 from bert_tf.pretraining_data.stats import COUNTERS, Stats
 from bert_tf.tokenization import IdTokenizer
 
 MIN_PIECE_BYTES = 1 << 20   # pieces of at least 1 MB ...
 MAX_PIECE_BYTES = 64 << 20  # ... and at most 64 MB; at least MIN_PIECES when the input allows
 MIN_PIECES = 16
-STATS_TAG = "stats"
 
 
 def num_pieces(total_bytes):
@@ -46,45 +42,42 @@ def num_pieces(total_bytes):
     return max(1, min(pieces, ceil(total_bytes, MIN_PIECE_BYTES)))
 
 
-def plan_pieces(input_files):
-    """Input files -> streaming ShardTasks (byte ranges; a .gz file goes whole to one)."""
-    total = sum(docs_lib.file_size(p) for p in input_files)
-    return streaming_lib.plan_file_shards(input_files, num_pieces(total))
+def plan_pieces(input_files, output_prefix="", num_shards=0):
+    """Input files -> streaming ShardTasks (byte ranges; a .gz file goes whole to one), each
+    writing `<output_prefix>-SSSSS-of-NNNNN`.
+
+    Args:
+        input_files: the input text files.
+        output_prefix: the shards' name prefix.
+        num_shards: N, pieces and files (0: `num_pieces` of the input size).
+    """
+    if not num_shards:
+        num_shards = num_pieces(sum(docs_lib.file_size(p) for p in input_files))
+    tasks = streaming_lib.plan_file_shards(input_files, num_shards)
+    for t in tasks:
+        t.output = f"{output_prefix}-{t.index:05d}-of-{num_shards:05d}"
+    return tasks
 
 
-class MakeRecords(beam.DoFn):
-    """ShardTask -> TFRecord-framed blocks of records (+ the piece's stats dict, tagged)."""
+class MakeShards(beam.DoFn):
+    """ShardTask -> its file `task.output` (streaming's writer); yields the piece's stats dict."""
 
     def __init__(self, cfg):
         self.cfg = cfg
 
     def setup(self):
         """Per worker, once: the tokenizer (its word cache lives as long as the worker)."""
+        workers_lib.keep_freed_memory()  # as in streaming's workers: no page faults per batch
         cfg = self.cfg
         self.tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
 
     def process(self, task):
-        """Runs one piece (`streaming.run_shard`): yields its framed record blocks, then its
-        stats dict tagged `STATS_TAG`."""
-        chunks = []
-        stats = streaming_lib.run_shard(task, self.cfg, self.tokenizer, chunks.append)
-        for message in chunks:
-            if message[3]:  # ("records", shard, framed records, count, docs, bytes)
-                yield bytes(message[2])
-        yield beam.pvalue.TaggedOutput(STATS_TAG, stats.to_dict())
+        """Makes one piece (`workers.write_shard`); yields its stats dict."""
+        yield workers_lib.write_shard(task, self.cfg, self.tokenizer, _ignore).to_dict()
 
 
-class _FramedSink(filebasedsink.FileBasedSink):
-    """Writes elements that are already TFRecord frames (WriteToTFRecord frames each one)."""
-
-    def __init__(self, prefix, num_shards):
-        super().__init__(prefix, coder=coders.BytesCoder(), file_name_suffix="",
-                         num_shards=num_shards, shard_name_template=None,
-                         mime_type="application/octet-stream",
-                         compression_type=CompressionTypes.UNCOMPRESSED)
-
-    def write_encoded_record(self, file_handle, value):
-        file_handle.write(value)
+def _ignore(message):
+    del message  # progress: the runner reports its own
 
 
 class SumStats(beam.CombineFn):
@@ -122,22 +115,18 @@ def _write_json(data, path):
         f.write(json.dumps(data).encode())
 
 
-def build(pipeline, cfg, tasks, output_prefix, num_shards, stats_path):
+def build(pipeline, cfg, tasks, stats_path):
     """Add the pipeline's transforms; the stats counters end up as JSON in `stats_path`.
 
     Args:
         pipeline: the `beam.Pipeline` to add to.
         cfg: the `streaming.StreamConfig` every piece is made with.
-        tasks: the pieces (`plan_pieces`).
-        output_prefix: the records go to `<output_prefix>-SSSSS-of-NNNNN`.
-        num_shards: output files (0: the runner chooses).
+        tasks: the pieces (`plan_pieces`), each with its output file.
         stats_path: where the summed stats JSON is written.
     """
-    made = (pipeline
-            | "Pieces" >> beam.Create(tasks)  # reshuffles itself: pieces spread over workers
-            | "MakeRecords" >> beam.ParDo(MakeRecords(cfg)).with_outputs(STATS_TAG, main="records"))
-    _ = made.records | "Write" >> beam.io.Write(_FramedSink(output_prefix, num_shards))
-    _ = (made[STATS_TAG]
+    _ = (pipeline
+         | "Pieces" >> beam.Create(tasks)  # reshuffles itself: pieces spread over workers
+         | "MakeShards" >> beam.ParDo(MakeShards(cfg))
          | "SumStats" >> beam.CombineGlobally(SumStats())
          | "WriteStats" >> beam.Map(_write_json, stats_path))
 
@@ -148,13 +137,13 @@ def _check_crc32c():
     masked_crc(b"")
 
 
-def run(cfg, input_files, output_prefix, num_shards, stats_path, runner, beam_args):
+def run(cfg, tasks, stats_path, runner, beam_args):
     """Build and run the pipeline (blocking); returns the Stats of what was written.
 
     Args:
         cfg: the `streaming.StreamConfig`.
-        input_files: the input text files (cut into pieces by size).
-        output_prefix, num_shards, stats_path: as for `build`.
+        tasks: the pieces (`plan_pieces`).
+        stats_path: where the pipeline writes the summed stats JSON.
         runner: Beam runner name (`--runner`).
         beam_args: the runner's own pipeline options, passed through.
     """
@@ -165,31 +154,8 @@ def run(cfg, input_files, output_prefix, num_shards, stats_path, runner, beam_ar
         args.append("--default_sdk_harness_log_level=WARNING")  # workers' INFO lines drown the output
     options = PipelineOptions(args + [f"--runner={runner}"])
     pipeline = beam.Pipeline(options=options)
-    build(pipeline, cfg, plan_pieces(input_files), output_prefix, num_shards, stats_path)
+    build(pipeline, cfg, tasks, stats_path)
     result = pipeline.run()
     result.wait_until_finish()
     with FileSystems.open(stats_path) as f:
         return Stats.from_dict(json.loads(f.read().decode()))
-
-
-def written_files(output_prefix, since=0.0):
-    """The shards the pipeline wrote for `output_prefix` (its default name template).
-
-    Args:
-        output_prefix: the pipeline's output prefix.
-        since: a time.time(); files last modified before it (older shards of another shard
-            count may share the prefix) are left out.
-    """
-    matches = FileSystems.match([output_prefix + "-?????-of-?????"])[0].metadata_list
-    return sorted(m.path for m in matches if m.last_updated_in_seconds >= since - 2)
-
-
-def remove_temp_dirs(output_prefix):
-    """Delete the temp folders a failed Write leaves beside the output (driver side)."""
-    import tensorflow as tf
-    directory, base = posixpath.split(output_prefix)
-    try:
-        for path in tf.io.gfile.glob(posixpath.join(directory or ".", f"beam-temp-{base}-*")):
-            tf.io.gfile.rmtree(path)
-    except tf.errors.OpError:  # best effort: never hide the error that brought us here
-        pass

@@ -253,17 +253,24 @@ class BatchMasker:
         cand = self._num_candidates(n, la)  # slots: a, then b
         k = np.minimum(k, cand)
         steps = int(k.max()) if rows else 0
-        chosen = np.zeros((rows, seq + 1), bool)
-        picks = np.full((rows, max(steps, 1)), seq, np.int64)
-        r = np.arange(rows)
-        u = gen.random((steps, rows))
+        # All steps' draws at once, as flat indexes into chosen [rows, seq + 1]. Rows past
+        # their k keep stepping (their picks are dropped below) inside their own row: column
+        # seq is a scratch slot.
+        base = np.arange(rows) * (seq + 1)
+        j = (cand - k)[None, :] + np.arange(steps)[:, None]  # [steps, rows]
+        t = (gen.random((steps, rows)) * (j + 1)).astype(np.int64)
+        np.minimum(t, seq, out=t)
+        t += base
+        np.minimum(j, seq, out=j)
+        j += base
+        chosen = np.zeros(rows * (seq + 1), bool)
         for s in range(steps):  # for j in cand-k .. cand-1: t ~ U[0, j]; take t, or j if taken
-            j = cand - k + s
-            t = np.minimum((u[s] * (j + 1)).astype(np.int64), seq)
-            t = np.where(chosen[r, t], j, t)
-            act = np.nonzero(s < k)[0]
-            chosen[act, t[act]] = True
-            picks[act, s] = t[act]
+            ts = np.where(chosen[t[s]], j[s], t[s])
+            chosen[ts] = True
+            t[s] = ts
+        t -= base
+        picks = np.where(np.arange(steps)[:, None] < k[None, :], t, seq).T if steps else \
+            np.full((rows, 1), seq, np.int64)
         picks.sort(axis=1)
         pos = np.where(picks < seq, picks + 1 + (picks >= la[:, None]), seq)  # skip [CLS], mid [SEP]
         out = np.full((rows, self.preds), seq, np.int64)

@@ -80,7 +80,7 @@ def output_paths(opts):
         if len(files) != 1:
             raise BertError("--output_file: with --runner give one file name prefix "
                             "(shards are <prefix>-SSSSS-of-NNNNN)")
-        if not shards:  # the runner picks the shard count; names known after the run
+        if not shards:  # as many shards as pieces, a function of the input size
             return [], opts.stats_file or files[0] + ".stats.json"
     if not shards and opts.mode == "streaming" and len(files) == 1 and opts.num_workers > 1:
         shards = opts.num_workers  # one shard per worker unless told otherwise
@@ -258,20 +258,20 @@ def _run_beam(opts, input_files, paths, stats_path, vocab_path, start):
     finally:
         if quiet:
             beam_logger.setLevel(logging.WARNING)
+    del paths  # the plan names the shards (the same names when --output_shards is given)
     cfg = _stream_config(opts, vocab_path)
     runner = opts.runner or "DirectRunner"
-    prefix = opts.output_file.strip(" ,")
+    tasks = beam_lib.plan_pieces(input_files, opts.output_file.strip(" ,"), opts.output_shards)
+    written = [t.output for t in tasks]
     partial = writer_lib.tmp_name(stats_path) + ".beam"
     try:
-        total = beam_lib.run(cfg, input_files, prefix, opts.output_shards, partial, runner,
-                             opts.beam_args)
-        written = paths or beam_lib.written_files(prefix, since=start)
+        total = beam_lib.run(cfg, tasks, partial, runner, opts.beam_args)
         if total.instances == 0:
-            for p in written:
-                writer_lib.remove_quietly(p)
             raise BertError(f"--input_file: no text found in {opts.input_file!r}")
     except Exception as e:
-        beam_lib.remove_temp_dirs(prefix)
+        for p in written:  # nothing half-made is left: finished shards and workers' temp files
+            writer_lib.remove_quietly(p)
+            writer_lib.remove_stale_tmps(p)
         if isinstance(e, BertError) and "[while running" not in str(e):
             raise
         raise BertError(_beam_error(e, runner)) from None

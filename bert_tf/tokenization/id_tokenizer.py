@@ -34,6 +34,12 @@ class IdTokenizer:
         self.wordpiece = WordpieceTokenizer(vocab=vocab)
         self.cache_size = cache_size
         self.piece_ids = {}  # punctuation-split ASCII piece -> ids: "word," and "Word" share "word"
+        # Vocab tokens that are their own only piece (ASCII letters/digits, one punctuation
+        # character): a new word whose lower-cased form is one costs one dict lookup.
+        longest = self.wordpiece.max_input_chars_per_word
+        self._single = {t: i for t, i in vocab.items()
+                        if t.isascii() and (t.isalnum() or t in _ASCII_PUNCT) and len(t) <= longest
+                        and not (do_lower_case and t != t.lower())}
         self._reset_table()  # encode_lines: word -> row of a piece table
 
     def _slow(self, text):
@@ -103,8 +109,16 @@ class IdTokenizer:
                 new = [w for w in dict.fromkeys(words) if w not in table]
                 missing = np.arange(len(words))  # every row number changed
             new_pieces, new_lens = [], []
+            single, lower = self._single.get, self.basic.do_lower_case
             for w in new:
                 table[w] = len(table)
+                # Exact for any word: lower() comes first in FullTokenizer too, and a word
+                # whose lower() is ASCII letters/digits has nothing to clean, strip or split.
+                one = single(w.lower() if lower else w)
+                if one is not None:
+                    new_pieces.append(one)
+                    new_lens.append(1)
+                    continue
                 ids = self._slow(w[2:]) if w.startswith("\x00 ") else self._word(w)
                 new_pieces += ids
                 new_lens.append(len(ids))
