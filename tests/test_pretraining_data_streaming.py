@@ -67,7 +67,7 @@ def _files(directory):
 def test_id_tokenizer_equals_full_tokenizer(tmp_path):
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "want", "##want", "##ed", "wa", "un",
               "runn", "##ing", ",", "a", "b", "c", "##a", "##b", "##c", "ab", "cafe", "博", "推",
-              "hello", "!", "'", "é", "##é", "x", "##x", "."]
+              "hello", "!", "'", "é", "##é", "x", "##x", ".", "k", "Hello", "42"]
     (tmp_path / "v.txt").write_text("\n".join(tokens) + "\n")
     for lower in (True, False):
         full = FullTokenizer(str(tmp_path / "v.txt"), do_lower_case=lower)
@@ -77,7 +77,8 @@ def test_id_tokenizer_equals_full_tokenizer(tmp_path):
         alphabet = list("abcABCxX ,.!'#") + ["want", "ed", "runn", "ing", "un", "Café", "e\u0301",
                                               "\t", "\x00", "\x01", "\x0b", "\x0c", "\x1c", "\x1f",
                                               "\x85", "\x7f", "\xa0", "\u2028", "\u3000", "\u200b",
-                                              "\ufffd", "博推", "É", "ß", "\u0130", "##", "[MASK]"]
+                                              "\ufffd", "博推", "É", "ß", "\u0130", "##", "[MASK]",
+                                              "\u212a", "Hello", "HELLO", "hello", "42", "k"]
         rng = random.Random(1)
         texts = []
         for _ in range(3000):
