@@ -38,8 +38,7 @@ class IdTokenizer:
         # character): a new word whose lower-cased form is one costs one dict lookup.
         longest = self.wordpiece.max_input_chars_per_word
         self._single = {t: i for t, i in vocab.items()
-                        if t.isascii() and (t.isalnum() or t in _ASCII_PUNCT) and len(t) <= longest
-                        and not (do_lower_case and t != t.lower())}
+                        if t.isascii() and (t.isalnum() or t in _ASCII_PUNCT) and len(t) <= longest}
         self._reset_table()  # encode_lines: word -> row of a piece table
 
     def _slow(self, text):
