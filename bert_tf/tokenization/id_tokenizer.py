@@ -95,6 +95,8 @@ class IdTokenizer:
                     words += [w for w in line.split() if w != "\x00"]
                 words.append("\x00")
         else:
+            if self.basic.do_lower_case and joined.isascii():
+                joined = joined.lower()  # ASCII: the same as FullTokenizer's per-word lower()
             words = joined.split()
         table = self._table
         index = np.fromiter(map(table.get, words, itertools.repeat(-1)), np.int64, len(words))
