@@ -39,7 +39,9 @@ class Options:
     num_workers: int = flag(1, "streaming: worker processes (results do not depend on it).")
     output_shards: int = flag(0, "Write <output_file>-SSSSS-of-NNNNN shards. 0: the "
                               "--output_file list; in streaming mode with one --output_file and "
-                              "--num_workers>1, one shard per worker.")
+                              "--num_workers>1, one shard per worker; with --runner, one shard "
+                              "per piece of the input (1-64 MB pieces, at least 16 when the "
+                              "input allows).")
     resume: bool = flag(False, "streaming: keep finished shards of an interrupted run with the "
                         "same flags.")
     whole_word_mask_per_word: bool = flag(False, "Whole-word masking with the 80/10/10 choice "
