@@ -7,13 +7,18 @@ stream); `--mode=streaming` is the fast, multi-process, bounded-memory, resumabl
 passing every flag this script does not know to Beam as a pipeline option.
 Schema and stats file: see tfrecords/README.md. Logic: bert_tf/pretraining_data/.
 """
+import os
 import sys
 
-from absl import flags
+# The data path does no BLAS work: without this, numpy's OpenBLAS spins its threads for
+# ~0.1 CPU-s at import, in this process and in every Beam worker (they inherit the variable).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import bert_tf  # noqa: F401  (sets the Keras/TF environment first)
-from bert_tf import script_flags
-from bert_tf.pretraining_data.options import Options
+from absl import flags  # noqa: E402
+
+import bert_tf  # noqa: E402,F401  (sets the Keras/TF environment first)
+from bert_tf import script_flags  # noqa: E402
+from bert_tf.pretraining_data.options import Options  # noqa: E402
 
 FLAGS = flags.FLAGS
 
