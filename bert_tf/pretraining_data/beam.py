@@ -22,11 +22,11 @@ bert_tf imports this module.
 import json
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import streaming as streaming_lib
 from bert_tf.pretraining_data import workers as workers_lib
+from bert_tf.pretraining_data import writer as writer_lib
 from bert_tf.pretraining_data.stats import COUNTERS, Stats
 from bert_tf.tokenization import IdTokenizer
 
@@ -111,8 +111,7 @@ class SumStats(beam.CombineFn):
 
 
 def _write_json(data, path):
-    with FileSystems.create(path) as f:
-        f.write(json.dumps(data).encode())
+    writer_lib.write_text_atomic(path, json.dumps(data))  # as the shards: gfile off this machine
 
 
 def build(pipeline, cfg, tasks, stats_path):
@@ -157,5 +156,4 @@ def run(cfg, tasks, stats_path, runner, beam_args):
     build(pipeline, cfg, tasks, stats_path)
     result = pipeline.run()
     result.wait_until_finish()
-    with FileSystems.open(stats_path) as f:
-        return Stats.from_dict(json.loads(f.read().decode()))
+    return Stats.from_dict(json.loads(writer_lib.read_text(stats_path)))
