@@ -269,8 +269,7 @@ class BatchMasker:
             chosen[ts] = True
             t[s] = ts
         t -= base
-        picks = np.where(np.arange(steps)[:, None] < k[None, :], t, seq).T if steps else \
-            np.full((rows, 1), seq, np.int64)
+        picks = np.where(np.arange(steps)[:, None] < k[None, :], t, seq).T  # [rows, steps]
         picks.sort(axis=1)
         pos = np.where(picks < seq, picks + 1 + (picks >= la[:, None]), seq)  # skip [CLS], mid [SEP]
         out = np.full((rows, self.preds), seq, np.int64)
