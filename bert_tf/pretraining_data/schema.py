@@ -129,16 +129,15 @@ def _len_field(tag, payload):
 def _int64_feature(values):
     if len(values) <= 8 and not _VARINT_CACHE:  # a few short heads: not worth the table
         packed = b"".join([_varint(int(v)) for v in values])
-        int64_list = _len_field(b"\x0a", packed) if values else b""
-        return _len_field(b"\x1a", int64_list)
-    cache = _varints()
-    try:
-        # min() guards against negative values, which would silently index from the end.
-        if values and min(values) < 0:
-            raise IndexError
-        packed = b"".join([cache[v] for v in values])
-    except (IndexError, TypeError):
-        packed = b"".join([_varint(int(v)) for v in values])
+    else:
+        cache = _varints()
+        try:
+            # min() guards against negative values, which would silently index from the end.
+            if values and min(values) < 0:
+                raise IndexError
+            packed = b"".join([cache[v] for v in values])
+        except (IndexError, TypeError):
+            packed = b"".join([_varint(int(v)) for v in values])
     int64_list = _len_field(b"\x0a", packed) if values else b""
     return _len_field(b"\x1a", int64_list)  # Feature.int64_list = 3
 
