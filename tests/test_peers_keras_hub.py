@@ -1,5 +1,6 @@
 """keras-hub BERT presets <-> bert_tf, both ways: parity 1e-5 with BertBackbone, the exported
-preset loads as BertBackbone / BertTextClassifier and its tokenizer gives our ids.
+preset loads as BertBackbone / BertTextClassifier and its tokenizer gives our ids; on accented
+text the tokenizer's casing (lowercase, strip_accents) gives the same ids both ways.
 
 Marked `peers` (keras-hub): a missing peer fails every test. Nothing is downloaded: backbones
 are built from configs.
@@ -77,8 +78,13 @@ def test_keras_hub_preset_into_bert_tf(tmp_path):
     preset = str(tmp_path / "preset")
     backbone.save_to_preset(preset)
     keras_hub.models.BertTokenizer(vocabulary=VOCAB, lowercase=True).save_to_preset(preset)
-    model, vocab, lower = khc.load_keras_hub_preset(preset)
-    assert isinstance(model, BertEncoder) and lower is True
+    model, vocab, lower, strip = khc.load_keras_hub_preset_with_casing(preset)
+    # keras-hub's BertTokenizer(lowercase=True) keeps accents: no do_lower_case says that
+    assert isinstance(model, BertEncoder) and (lower, strip) == (True, False)
+    with pytest.raises(BertError, match="lowercase=True, strip_accents=False, which no "
+                       "do_lower_case reproduces") as e:
+        khc.load_keras_hub_preset(preset)
+    assert "\n" not in str(e.value)
     assert tokenization.vocab_tokens(vocab) == VOCAB
     assert model.bert_config == BertConfig(
         vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
@@ -146,3 +152,59 @@ def test_keras_hub_errors_are_one_line(tmp_path, vocab_file):
     os.remove(tmp_path / "p" / "assets" / "tokenizer" / "vocabulary.txt")
     with pytest.raises(BertError, match="no assets/tokenizer/vocabulary.txt"):
         khc.load_keras_hub_preset(str(tmp_path / "p"))
+
+
+# Accented text, whose ids depend on the casing: keras-hub's BertTokenizer(lowercase=True) keeps
+# accents (its default strip_accents=False), the original's uncased FullTokenizer strips them.
+ACCENTED_VOCAB = VOCAB + [
+    "café", "naïve", "über", "zürich", "crème", "brûlée", "são", "münchen", "élan", "uber",
+    "zurich", "creme", "brulee", "sao", "munchen", "elan", "Café", "Über", "São", "Zürich",
+    "Crème", "PARIS", "The"]
+ACCENTED = ["Café in PARIS, naïve RUNNING!", "Über Zürich: crème brûlée.",
+            "São Paulo, München, élan", "The café, the Crème, the Über"]
+CASINGS = [(True, False), (True, True), (False, False), (False, True)]
+
+
+def keras_hub_ids(tokenizer, texts):
+    return [keras.ops.convert_to_numpy(tokenizer(t)).tolist() for t in texts]
+
+
+@pytest.mark.parametrize("lowercase,strip_accents", CASINGS)
+def test_keras_hub_preset_casing_gives_keras_hub_ids(tmp_path, lowercase, strip_accents):
+    vocab_file = tmp_path / "vocab.txt"
+    vocab_file.write_text("\n".join(ACCENTED_VOCAB) + "\n", encoding="utf-8")
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(ACCENTED_VOCAB), num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=8, max_sequence_length=16)
+    preset = str(tmp_path / "preset")
+    backbone.save_to_preset(preset)
+    theirs = keras_hub.models.BertTokenizer(vocabulary=ACCENTED_VOCAB, lowercase=lowercase,
+                                            strip_accents=strip_accents)
+    theirs.save_to_preset(preset)
+    want = keras_hub_ids(theirs, ACCENTED)
+    # keras-hub -> bert_tf: the casing read from the preset gives keras-hub's ids exactly
+    _, vocab, lower, strip = khc.load_keras_hub_preset_with_casing(preset)
+    assert (lower, strip) == (lowercase, strip_accents)
+    ours = tokenization.FullTokenizer(vocab, do_lower_case=lower, strip_accents=strip)
+    assert [ours.convert_tokens_to_ids(ours.tokenize(t)) for t in ACCENTED] == want
+    # ... where do_lower_case alone (the old reading) gave other ids on every line
+    if lowercase != strip_accents:
+        old = tokenization.FullTokenizer(vocab, do_lower_case=lower)
+        assert all(old.convert_tokens_to_ids(old.tokenize(t)) != ids
+                   for t, ids in zip(ACCENTED, want))
+        with pytest.raises(BertError, match="no do_lower_case reproduces"):
+            khc.load_keras_hub_preset(preset)
+    else:
+        assert khc.load_keras_hub_preset(preset)[2] is lowercase
+    # bert_tf -> keras-hub: the preset we write makes keras-hub tokenize as we do
+    model = interop.build_bert_model(BertConfig(
+        vocab_size=len(ACCENTED_VOCAB), hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=8, max_position_embeddings=16))
+    out = khc.save_keras_hub_preset(model, str(vocab_file), lowercase, str(tmp_path / "out"),
+                                    strip_accents=strip_accents)
+    assert khc.keras_hub_casing(out) == (lowercase, strip_accents)
+    assert keras_hub_ids(keras_hub.models.BertTokenizer.from_preset(out), ACCENTED) == want
+    if lowercase == strip_accents:  # the original's do_lower_case alone, as before
+        again = khc.save_keras_hub_preset(model, str(vocab_file), lowercase,
+                                          str(tmp_path / "again"))
+        assert keras_hub_ids(keras_hub.models.BertTokenizer.from_preset(again), ACCENTED) == want

@@ -4,10 +4,17 @@
       --bert_config_file=uncased_L-12_H-768_A-12/bert_config.json \
       --vocab_file=uncased_L-12_H-768_A-12/vocab.txt --to=hf --output=bert-base-hf
 
-Sources: tf1 (original checkpoints), bert_tf (our training checkpoints), hf (a Hugging Face
-model directory: config.json, model.safetensors, vocab.txt). Targets: tf1 (a directory with
-bert_model.ckpt, bert_config.json, vocab.txt) and hf. `--model=encoder` converts the encoder
-only (`BertModel` in HF); the default `pretrainer` needs the source's MLM and NSP heads.
+Sources (--from): tf1 (original checkpoints), bert_tf (our training checkpoints), hf (a Hugging
+Face model directory: config.json, model.safetensors, vocab.txt), model_garden (a Model Garden
+TF2 checkpoint), tfhub (a TF Hub / export_tfhub_lib encoder SavedModel), keras_hub (a keras-hub
+BERT preset directory). Targets (--to): tf1 (bert_model.ckpt, bert_config.json, vocab.txt), hf,
+model_garden (the same three files, Model Garden's checkpoint layout), keras_hub (a preset) and
+savedmodel (our TF Hub-style `encoder/` SavedModel, plus `preprocessor/` when a vocab is known).
+Config, vocab and casing come from the source where its format carries them (hf, tfhub,
+keras_hub), else from --bert_config_file / --vocab_file / --do_lower_case; a given flag wins.
+`--model=encoder` converts the encoder only (`BertModel` in HF); `pretrainer` (the default
+where both formats hold them) needs the source's MLM and NSP heads. Model Garden output and
+keras-hub in or out need the peers (`make peers`).
 The output directory is written under a temporary name and renamed, never half-written.
 """
 import os
@@ -19,88 +26,68 @@ from absl import app, flags
 
 import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras loads)
 from bert_tf import BertError
-
-FROM = ("tf1", "bert_tf", "hf")
-TO = ("tf1", "hf")
-
-
-def _config(from_format, source, bert_config_file):
-    from bert_tf.convert import hf
-    from bert_tf.modeling.config import BertConfig
-    if bert_config_file:
-        return BertConfig.from_json_file(bert_config_file)
-    if from_format == "hf":
-        return hf.bert_config_from_hf(source)
-    raise BertError(f"--bert_config_file: required with --from={from_format}")
-
-
-def _source_vocab(from_format, source, vocab_file):
-    import tensorflow as tf
-    if vocab_file:
-        return vocab_file
-    if from_format == "hf" and tf.io.gfile.exists(posixpath.join(source, "vocab.txt")):
-        return posixpath.join(source, "vocab.txt")
-    return None
+from bert_tf.convert import cli_formats
+from bert_tf.convert.cli_formats import FROM, TO  # noqa: F401  (re-exported)
 
 
 def convert(from_format, source, to_format, output, bert_config_file=None, vocab_file=None,
-            do_lower_case=True, model="pretrainer", overwrite=False):
+            do_lower_case=None, model=None, overwrite=False):
     """Converts `source` (format `from_format`) into `output` (format `to_format`).
 
     Args:
-        from_format: one of "tf1", "bert_tf", "hf".
-        source: checkpoint prefix/directory (tf1, bert_tf) or HF model directory.
-        to_format: "tf1" or "hf".
+        from_format: one of "tf1", "bert_tf", "hf", "model_garden", "tfhub", "keras_hub".
+        source: checkpoint prefix/directory (tf1, bert_tf, model_garden), HF model directory,
+            TF Hub encoder SavedModel or keras-hub preset directory.
+        to_format: one of "tf1", "hf", "model_garden", "keras_hub", "savedmodel".
         output: directory to create.
-        bert_config_file: bert_config.json (required unless the source is hf).
-        vocab_file: vocab.txt (required for hf output; copied into tf1 output if given).
-        do_lower_case: bool, written to the HF tokenizer config.
-        model: "pretrainer" (encoder + MLM + NSP heads) or "encoder".
+        bert_config_file: bert_config.json (required for tf1 and bert_tf sources; for the
+            others it replaces the source's config, whose shapes it must match).
+        vocab_file: vocab.txt (default: the source's, for hf, tfhub and keras_hub; required
+            for hf and keras_hub output; copied into the others).
+        do_lower_case: bool, or None for the source's casing (hf, tfhub, keras_hub; else
+            True); recorded by hf, keras_hub and the savedmodel preprocessor.
+        model: "pretrainer" (encoder + MLM + NSP heads), "encoder", or None: pretrainer
+            where both formats hold heads, else encoder.
         overwrite: replace an existing output directory.
 
     Returns:
         `output`.
     """
     import tensorflow as tf
-    from bert_tf.convert import hf, native, tf1
-    from bert_tf.modeling import models
-    from bert_tf.modeling.encoder import BertEncoder
 
     if from_format not in FROM:
         raise BertError(f"--from: unknown format {from_format!r}; expected one of "
                         f"{', '.join(FROM)}")
     if to_format not in TO:
         raise BertError(f"--to: unknown format {to_format!r}; expected one of {', '.join(TO)}")
-    if model not in ("pretrainer", "encoder"):
-        raise BertError(f"--model: expected pretrainer or encoder, got {model!r}")
+    model = model or cli_formats.default_model(from_format, to_format)
+    cli_formats.check_model(from_format, to_format, model)
     output = output.rstrip("/")
     if tf.io.gfile.exists(output) and not overwrite:
         raise BertError(f"{output}: already exists (pass --overwrite to replace it)")
-    cfg = _config(from_format, source, bert_config_file)
-    vocab = _source_vocab(from_format, source, vocab_file)
-    if to_format == "hf" and vocab is None:
-        raise BertError("--vocab_file: required for --to=hf")
-    encoder = BertEncoder.from_bert_config(cfg, name="encoder")
-    net = models.ensure_built(encoder if model == "encoder" else models.BertPretrainer(encoder))
-    load = {"tf1": tf1.load_tf1_checkpoint, "bert_tf": native.load_bert_tf_checkpoint,
-            "hf": hf.load_hf_safetensors}[from_format]
-    report = load(net, source)
-    if report["missing"]:
-        raise BertError(f"{source}: has no {', '.join(report['missing'][:3])}"
-                        f"{' ...' if len(report['missing']) > 3 else ''} (an encoder-only "
-                        f"checkpoint? use --model=encoder)")
-    if to_format == "hf":
-        return hf.save_hf_directory(net, output, vocab, do_lower_case, overwrite=overwrite)
+    if to_format in cli_formats.VOCAB_REQUIRED and not vocab_file \
+            and from_format not in cli_formats.VOCAB_FROM:
+        raise BertError(f"--vocab_file: required for --to={to_format}")
+    src = cli_formats.read(from_format, source, model, bert_config_file)
+    if vocab_file:
+        src = src._replace(vocab_file=vocab_file)
+    if do_lower_case is not None:
+        casing = (bool(do_lower_case), bool(do_lower_case))
+    else:
+        casing = src.casing or (True, True)
+    parent = posixpath.dirname(output)
+    if parent:
+        tf.io.gfile.makedirs(parent)
     tmp = f"{output}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        tf1.save_tf1_checkpoint(net, posixpath.join(tmp, "bert_model.ckpt"))
-        cfg.to_json_file(posixpath.join(tmp, "bert_config.json"))
-        if vocab is not None:
-            hf._vocab_lines(vocab, cfg.vocab_size)  # same check as the HF export
-            tf.io.gfile.copy(vocab, posixpath.join(tmp, "vocab.txt"))
-        if tf.io.gfile.exists(output):
-            tf.io.gfile.rmtree(output)
-        tf.io.gfile.rename(tmp, output)
+        cli_formats.write(to_format, src, tmp, casing)
+        if tf.io.gfile.exists(output):  # --overwrite: swap, then delete the old one
+            old = f"{output}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            tf.io.gfile.rename(output, old)
+            tf.io.gfile.rename(tmp, output)
+            tf.io.gfile.rmtree(old)
+        else:
+            tf.io.gfile.rename(tmp, output)
     finally:
         if tf.io.gfile.exists(tmp):
             tf.io.gfile.rmtree(tmp)
@@ -109,22 +96,32 @@ def convert(from_format, source, to_format, output, bert_config_file=None, vocab
 
 def _define_flags():
     """Flags of the command line only: importing this module defines none (it would
-    clash with other modules' flags of the same name in one process)."""
+    clash with other modules' flags of the same name in one process). Idempotent."""
+    if "source" in flags.FLAGS:
+        return
     flags.DEFINE_enum("from", None, list(FROM), "Format of --source.")
-    flags.DEFINE_string("source", None, "Checkpoint prefix/directory, or a HF model directory.")
+    flags.DEFINE_string("source", None, "Checkpoint prefix/directory, HF model directory, TF "
+                        "Hub encoder SavedModel or keras-hub preset directory.")
     flags.DEFINE_enum("to", None, list(TO), "Format to write.")
     flags.DEFINE_string("output", None, "Output directory (must not exist unless --overwrite).")
-    flags.DEFINE_string("bert_config_file", None, "bert_config.json (not needed for --from=hf).")
-    flags.DEFINE_string("vocab_file", None, "vocab.txt (default for --from=hf: the source's).")
-    flags.DEFINE_bool("do_lower_case", True, "Written to the HF tokenizer_config.json.")
-    flags.DEFINE_enum("model", "pretrainer", ["pretrainer", "encoder"],
-                      "Convert the encoder with its pre-training heads, or the encoder only.")
+    flags.DEFINE_string("bert_config_file", None,
+                        "bert_config.json (required for --from=tf1|bert_tf; for the other "
+                        "formats it replaces the source's own config).")
+    flags.DEFINE_string("vocab_file", None,
+                        "vocab.txt (default for --from=hf|tfhub|keras_hub: the source's).")
+    flags.DEFINE_bool("do_lower_case", None,
+                      "Casing written to hf/keras_hub/savedmodel outputs (default: the "
+                      "source's for --from=hf|tfhub|keras_hub, else True).")
+    flags.DEFINE_enum("model", None, ["pretrainer", "encoder"],
+                      "Convert the encoder with its pre-training heads, or the encoder only "
+                      "(default: pretrainer where both formats hold heads, else encoder).")
     flags.DEFINE_bool("overwrite", False, "Replace an existing --output.")
 
 
-def main(argv):
+def _run(argv):
     """absl main: converts --source to --output; a BertError exits with one `error:` line."""
-    del argv
+    if len(argv) > 1:
+        sys.exit(f"error: unexpected arguments {' '.join(argv[1:])!r}")
     f = flags.FLAGS
     try:
         for name in ("from", "source", "to", "output"):
@@ -137,6 +134,12 @@ def main(argv):
     print(f"wrote {path}")
 
 
-if __name__ == "__main__":
+def main(argv=None):
+    """The command (and the `bert-convert` console entry point): defines this module's flags
+    and runs it as an absl app on `argv` (default: sys.argv)."""
     _define_flags()
-    app.run(main)
+    app.run(_run, argv=argv)
+
+
+if __name__ == "__main__":
+    main()

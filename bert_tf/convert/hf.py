@@ -221,8 +221,20 @@ def _vocab_lines(vocab_file, vocab_size):
     return lines
 
 
+def hf_casing(model_dir):
+    """(do_lower_case, strip_accents) from a HF directory's tokenizer_config.json (HF's
+    BertTokenizer: strip_accents null = do_lower_case), else None when it records none."""
+    path = posixpath.join(os.fspath(model_dir), "tokenizer_config.json")
+    if not tf.io.gfile.exists(path):
+        return None
+    config = fileio.read_json(path)
+    lower = bool(config.get("do_lower_case", True))
+    strip = config.get("strip_accents")
+    return lower, bool(lower if strip is None else strip)
+
+
 def save_hf_directory(model, out_dir, vocab_file, do_lower_case=True, labels=None,
-                      overwrite=False):
+                      overwrite=False, strip_accents=None):
     """Writes `model` as a Hugging Face BERT model directory, atomically; returns `out_dir`.
 
     Files: `model.safetensors` (HF names and [out, in] layouts, float32, `format: pt`),
@@ -237,6 +249,7 @@ def save_hf_directory(model, out_dir, vocab_file, do_lower_case=True, labels=Non
         do_lower_case: bool, written to `tokenizer_config.json`.
         labels: optional label strings of a classifier / tagger.
         overwrite: replace an existing `out_dir`.
+        strip_accents: None (HF: follow do_lower_case, as the original) or a bool.
     """
     from safetensors.numpy import save as st_save
     out_dir = os.fspath(out_dir).rstrip("/")
@@ -259,7 +272,8 @@ def save_hf_directory(model, out_dir, vocab_file, do_lower_case=True, labels=Non
         "vocab.txt": "\n".join(vocab) + "\n",
         "tokenizer_config.json": json.dumps(
             {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(do_lower_case),
-             "strip_accents": None, "tokenize_chinese_chars": True,
+             "strip_accents": None if strip_accents is None else bool(strip_accents),
+             "tokenize_chinese_chars": True,
              "model_max_length": config["max_position_embeddings"], "unk_token": "[UNK]",
              "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
              "mask_token": "[MASK]"}, indent=2) + "\n",

@@ -4,7 +4,8 @@ A preset directory is what `BertBackbone.save_to_preset(dir)` (+ the tokenizer's
 `config.json`, `model.weights.h5`, `tokenizer.json`, `assets/tokenizer/vocabulary.txt`,
 `metadata.json`. keras-hub is imported lazily (a peer, `make peers`), never at module level.
 
->>> model, vocab_file, lower = load_keras_hub_preset("bert_tiny_en_uncased/")   # doctest: +SKIP
+>>> model, vocab_file, lower = load_keras_hub_preset("my_preset/")              # doctest: +SKIP
+>>> model, vocab, lower, strip = load_keras_hub_preset_with_casing("bert_tiny/")  # doctest: +SKIP
 >>> save_keras_hub_preset(model, vocab_file, True, "out_preset/")               # doctest: +SKIP
 >>> keras_hub.models.BertTextClassifier.from_preset("out_preset/", num_classes=2)  # doctest: +SKIP
 """
@@ -69,22 +70,40 @@ def backbone_weights(backbone):
     return out
 
 
-def _read_vocab_and_case(preset_dir):
+def keras_hub_casing(preset_dir):
+    """(lowercase, strip_accents) of a keras-hub preset's tokenizer (tokenizer.json config).
+
+    keras-hub's WordPieceTokenizer defaults are lowercase=False, strip_accents=False, so a
+    preset built with `BertTokenizer(lowercase=True)` lower-cases but keeps accents, unlike
+    the original's uncased FullTokenizer. A preset without tokenizer.json: (True, True).
+    """
     import json
+    path = os.path.join(preset_dir, "tokenizer.json")
+    if not os.path.exists(path):
+        return True, True
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f).get("config", {})
+    except (ValueError, AttributeError) as e:
+        raise BertError(f"{path}: not a keras-hub tokenizer config ({e})") from None
+    return bool(config.get("lowercase", False)), bool(config.get("strip_accents", False))
+
+
+def _vocab_of(preset_dir):
     vocab = os.path.join(preset_dir, "assets", "tokenizer", "vocabulary.txt")
     if not os.path.exists(vocab):
         raise BertError(f"{preset_dir}: no assets/tokenizer/vocabulary.txt (save the "
                         "tokenizer with tokenizer.save_to_preset(dir) too)")
-    lower = True
-    path = os.path.join(preset_dir, "tokenizer.json")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            lower = bool(json.load(f).get("config", {}).get("lowercase", True))
-    return vocab, lower
+    return vocab
 
 
-def load_keras_hub_preset(preset_dir):
-    """A bert_tf BertEncoder from a local keras-hub BERT preset: (model, vocab_file, lower).
+def load_keras_hub_preset_with_casing(preset_dir):
+    """A bert_tf BertEncoder from a local keras-hub BERT preset, with its tokenizer's casing:
+    (model, vocab_file, lowercase, strip_accents).
+
+    `FullTokenizer(vocab_file, do_lower_case=lowercase, strip_accents=strip_accents)` then
+    gives keras-hub's ids (on text that keras-hub's NFKC case folding lower-cases as
+    str.lower does).
 
     Args:
         preset_dir: a directory written by `BertBackbone.save_to_preset` (+ tokenizer). Only
@@ -92,6 +111,8 @@ def load_keras_hub_preset(preset_dir):
     """
     if not os.path.isfile(os.path.join(preset_dir, "config.json")):
         raise BertError(f"{preset_dir}: not a keras-hub preset directory (no config.json)")
+    vocab_file = _vocab_of(preset_dir)
+    lowercase, strip_accents = keras_hub_casing(preset_dir)
     keras_hub = require_peer("keras_hub", _KH)
     try:
         backbone = keras_hub.models.BertBackbone.from_preset(preset_dir)
@@ -100,12 +121,33 @@ def load_keras_hub_preset(preset_dir):
                         f"({str(e).splitlines()[0][:200]})") from None
     weights = backbone_weights(backbone)
     cfg = config_from_weights(weights, backbone.num_heads, "gelu", preset_dir)
-    vocab_file, lower = _read_vocab_and_case(preset_dir)
     n = sum(1 for _ in open(vocab_file, encoding="utf-8"))
     if n != cfg.vocab_size:
         raise BertError(f"{vocab_file}: {n} tokens but the embedding table has "
                         f"{cfg.vocab_size} rows")
-    return model_from_weights(cfg, weights, source=preset_dir), vocab_file, lower
+    model = model_from_weights(cfg, weights, source=preset_dir)
+    return model, vocab_file, lowercase, strip_accents
+
+
+def load_keras_hub_preset(preset_dir):
+    """A bert_tf BertEncoder from a local keras-hub BERT preset: (model, vocab_file, lower).
+
+    `lower` is the original's do_lower_case (lower-case and strip accents). A preset whose
+    tokenizer lower-cases without stripping accents (keras-hub's default for
+    `BertTokenizer(lowercase=True)`), or the reverse, has no do_lower_case equivalent: that
+    is a BertError here (never silently other ids); use load_keras_hub_preset_with_casing.
+
+    Args:
+        preset_dir: a directory written by `BertBackbone.save_to_preset` (+ tokenizer). Only
+            local directories: nothing is downloaded.
+    """
+    model, vocab_file, lowercase, strip_accents = load_keras_hub_preset_with_casing(preset_dir)
+    if lowercase != strip_accents:
+        raise BertError(f"{preset_dir}: its tokenizer has lowercase={lowercase}, "
+                        f"strip_accents={strip_accents}, which no do_lower_case reproduces; use "
+                        "load_keras_hub_preset_with_casing and FullTokenizer(..., "
+                        "strip_accents=...)")
+    return model, vocab_file, lowercase
 
 
 def to_keras_hub_backbone(model):
@@ -133,7 +175,7 @@ def to_keras_hub_backbone(model):
     return backbone
 
 
-def save_keras_hub_preset(model, vocab_file, do_lower_case, preset_dir):
+def save_keras_hub_preset(model, vocab_file, do_lower_case, preset_dir, strip_accents=None):
     """Writes a keras-hub BERT preset (backbone + tokenizer) to preset_dir, atomically.
 
     Args:
@@ -141,10 +183,12 @@ def save_keras_hub_preset(model, vocab_file, do_lower_case, preset_dir):
         vocab_file: the model's WordPiece vocab (as many lines as the embedding table rows).
         do_lower_case: as the original's --do_lower_case.
         preset_dir: a new directory (BertError if it exists).
+        strip_accents: None (strip exactly when do_lower_case, as the original FullTokenizer)
+            or a bool, as `FullTokenizer(..., strip_accents=...)`.
 
     `BertBackbone.from_preset(preset_dir)` and `BertTextClassifier.from_preset(preset_dir,
-    num_classes=...)` load it. The tokenizer lower-cases and strips accents exactly when
-    do_lower_case is set, as the original FullTokenizer. Returns preset_dir.
+    num_classes=...)` load it. The tokenizer's lowercase / strip_accents are written
+    explicitly (keras-hub's own default keeps accents). Returns preset_dir.
     """
     keras_hub = require_peer("keras_hub", _KH)
     from bert_tf import tokenization
@@ -155,7 +199,8 @@ def save_keras_hub_preset(model, vocab_file, do_lower_case, preset_dir):
                         f"{cfg.vocab_size} (keras-hub needs them equal)")
     backbone = to_keras_hub_backbone(model)
     tokenizer = keras_hub.models.BertTokenizer(
-        vocabulary=vocab, lowercase=bool(do_lower_case), strip_accents=bool(do_lower_case))
+        vocabulary=vocab, lowercase=bool(do_lower_case),
+        strip_accents=bool(do_lower_case if strip_accents is None else strip_accents))
     preset_dir = preset_dir.rstrip("/")
     if os.path.exists(preset_dir):
         raise BertError(f"{preset_dir}: already exists (choose a new directory)")

@@ -130,10 +130,18 @@ def _is_cjk(cp):
 
 
 class BasicTokenizer:
-    """Cleaning, CJK spacing, optional lower-casing + accent stripping, punctuation split."""
+    """Cleaning, CJK spacing, optional lower-casing + accent stripping, punctuation split.
 
-    def __init__(self, do_lower_case=True):
+    Args:
+        do_lower_case: lower-case each word (str.lower).
+        strip_accents: drop combining marks after NFD; None (the original) = do_lower_case.
+            False with do_lower_case is keras-hub's default uncased tokenizer (and HF's
+            `strip_accents=False`): lower-cased, accents kept.
+    """
+
+    def __init__(self, do_lower_case=True, strip_accents=None):
         self.do_lower_case = do_lower_case
+        self.strip_accents = bool(do_lower_case if strip_accents is None else strip_accents)
 
     def tokenize(self, text):
         """Words and punctuation of `text` (str or UTF-8 bytes), before WordPiece."""
@@ -142,7 +150,9 @@ class BasicTokenizer:
         split_tokens = []
         for token in whitespace_tokenize(text):
             if self.do_lower_case:
-                token = self._strip_accents(token.lower())
+                token = token.lower()
+            if self.strip_accents:
+                token = self._strip_accents(token)
             split_tokens.extend(self._split_on_punc(token))
         return whitespace_tokenize(" ".join(split_tokens))
 
@@ -251,14 +261,19 @@ class FullTokenizer:
         vocab_file: vocab.txt (local or gs://...).
         do_lower_case: lower-case and strip accents (uncased checkpoints).
         required: tokens the vocab must hold (see `load_vocab`).
+        strip_accents: None (the original: strip exactly when lower-casing), or a bool that
+            overrides it (`BasicTokenizer`), e.g. False for keras-hub's uncased presets.
     """
 
-    def __init__(self, vocab_file, do_lower_case=True, required=REQUIRED_TOKENS):
+    def __init__(self, vocab_file, do_lower_case=True, required=REQUIRED_TOKENS,
+                 strip_accents=None):
         self.vocab_file = vocab_file
         self.do_lower_case = do_lower_case
         self.vocab = load_vocab(vocab_file, required=required)
         self.inv_vocab = {v: k for k, v in self.vocab.items()}
-        self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
+        self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case,
+                                              strip_accents=strip_accents)
+        self.strip_accents = self.basic_tokenizer.strip_accents
         self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
 
     def tokenize(self, text):
