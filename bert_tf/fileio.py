@@ -88,6 +88,36 @@ def write_text_atomic(path, text, make_parent=False):
     return path
 
 
+def error_gist(error):
+    """One line for a file-system error: the first line of a TF or OS error without TF's
+    op/function decorations, and for TF's "path; reason" only the reason (the caller names
+    the path).
+
+    Args:
+        error: an exception (tf.errors.OpError, OSError, ...).
+    """
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    text = str(getattr(error, "message", None) or error)
+    text = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]", "", text)
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
+    m = re.match(r"^(?:/|[a-zA-Z][\w+.-]*://)\S*; (.+)$", line)
+    return m.group(1) if m else line
+
+
+def describe_files(paths, shown=3):
+    """The first `shown` paths, comma-separated, and how many more there are ("a, b, c and 7
+    more"), for error messages that must name the files without growing with them.
+
+    Args:
+        paths: list of paths.
+        shown: how many to name.
+    """
+    paths = [str(p) for p in paths]
+    text = ", ".join(paths[:shown])
+    return text + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+
+
 def write_eval_results(path, results):
     """The original's eval_results.txt: `key = value` lines sorted by key, written atomically.
 

@@ -236,8 +236,10 @@ def test_only_the_leading_records_are_read(tmp_path):
 def test_all_empty_and_many_problems(tmp_path, caplog):
     for i in range(3):
         (tmp_path / f"e{i}.tfrecord").write_bytes(b"")
-    assert _error(sorted(tmp_path.glob("e*"))) == (
-        f"--input_file: all 3 file(s) are empty (no records): {REGEN}")
+    empty = sorted(tmp_path.glob("e*"))
+    assert _error(empty) == (f"--input_file: all 3 file(s) are empty (no records): {empty[0]}, "
+                             f"{empty[1]}, {empty[2]}: {REGEN}")
+    assert _error(empty[:1]) == f"--input_file {empty[0]}: the file is empty (no records): {REGEN}"
     bad = []
     for i in range(3):
         p = tmp_path / f"t{i}.txt"
@@ -261,8 +263,10 @@ def test_sample_of_many_files_is_even_and_deterministic(tmp_path):
     # A sampled check names only files it read, and says so for empty ones.
     for i in range(5):
         (tmp_path / f"e{i}.tfrecord").write_bytes(b"")
-    assert _error(sorted(tmp_path.glob("e*")), max_files=2) == (
-        f"--input_file: all 2 checked of 5 file(s) are empty (no records): {REGEN}")
+    empty = sorted(tmp_path.glob("e*"))
+    assert _error(empty, max_files=2) == (
+        f"--input_file: all 2 checked of 5 file(s) are empty (no records): {empty[0]}, "
+        f"{empty[4]}: {REGEN}")
 
 
 def test_run_pretraining_reports_each_mistake_in_one_line_and_writes_nothing(tmp_path):

@@ -3,6 +3,7 @@ import gzip
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -345,7 +346,8 @@ def test_error_cases_leave_no_outputs(tmp_path, capsys):
     cases = [
         (dict(input_file=str(tmp_path / "missing.txt")), r"--input_file: '.*missing\.txt' matches no files"),
         (dict(input_file=str(tmp_path / "nothing*.txt")), "matches no files"),
-        (dict(input_file=str(tmp_path / "empty.txt")), "all input files are empty"),
+        (dict(input_file=str(tmp_path / "empty.txt")),
+         "^--input_file " + re.escape(str(tmp_path / "empty.txt")) + ": the file is empty$"),
         (dict(input_file=str(tmp_path / "blank.txt")), "no text found"),
         (dict(vocab_file=str(tmp_path / "nomask.txt")), r"missing required token\(s\) \[MASK\]"),
         (dict(vocab_file=str(tmp_path / "novocab.txt")), "--vocab_file: .* not found"),

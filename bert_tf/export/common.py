@@ -7,6 +7,7 @@ list attribute (`model_variables`) so they are saved and restored with the funct
 capture them (see tf_variables).
 """
 import json
+import logging
 import os
 import posixpath
 import uuid
@@ -17,6 +18,7 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.export import serving_ops
+from bert_tf.fileio import error_gist
 from bert_tf.modeling import models
 from bert_tf.modeling.encoder import INPUT_NAMES
 
@@ -31,6 +33,8 @@ ensure_built = models.ensure_built
 EXTRA_DIR = "assets.extra"            # TF Serving's folder for files next to the model
 METADATA_FILE = "bert_tf_export.json"  # what was exported (task, labels, config...), in EXTRA_DIR
 FORMAT = "bert_tf.export/1"
+
+log = logging.getLogger("bert_tf")
 
 
 class Ref:
@@ -140,7 +144,9 @@ def write_saved_model(module, export_dir, signatures, metadata, before_publish=N
                       replace=True):
     """tf.saved_model.save into a temp sibling dir, add metadata, then rename into place.
 
-    Readers (TF Serving polls the folder) never see a half-written export.
+    Readers (TF Serving polls the folder) never see a half-written export. A write that fails
+    (disk full, no permission) is a BertError naming export_dir, with the temp dir removed and
+    an existing export_dir left in place.
 
     Args:
         module: the tf.Module to save.
@@ -159,10 +165,10 @@ def write_saved_model(module, export_dir, signatures, metadata, before_publish=N
     if tf.io.gfile.exists(export_dir) and not replace:
         raise BertError(f"{export_dir}: already exists")
     parent = os.path.dirname(export_dir)
-    if parent:
-        tf.io.gfile.makedirs(parent)
     tmp = tmp_dir_for(export_dir)
     try:
+        if parent:
+            tf.io.gfile.makedirs(parent)
         tf.saved_model.save(module, tmp, signatures=signatures)
         extra = join(tmp, EXTRA_DIR)
         tf.io.gfile.makedirs(extra)
@@ -176,19 +182,39 @@ def write_saved_model(module, export_dir, signatures, metadata, before_publish=N
             f.write(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
         if before_publish is not None:
             before_publish(tmp)
-        if tf.io.gfile.exists(export_dir):
-            if not replace:
-                raise BertError(f"{export_dir}: already exists")
-            old = f"{export_dir}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            _rename_dir(export_dir, old)
-            _rename_dir(tmp, export_dir)
-            tf.io.gfile.rmtree(old)
-        else:
-            _rename_dir(tmp, export_dir)
+        _publish(tmp, export_dir, replace)
+    except (tf.errors.OpError, OSError) as e:  # disk full, no permission, a file in the way
+        raise BertError(f"{export_dir}: cannot write the export ({error_gist(e)})") from None
     finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.rmtree(tmp)
+        _remove_quietly(tmp)
     return export_dir
+
+
+def _publish(tmp, export_dir, replace):
+    if not tf.io.gfile.exists(export_dir):
+        _rename_dir(tmp, export_dir)
+        return
+    if not replace:
+        raise BertError(f"{export_dir}: already exists")
+    old = f"{export_dir}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    _rename_dir(export_dir, old)
+    try:
+        _rename_dir(tmp, export_dir)
+    except tf.errors.OpError:
+        _rename_dir(old, export_dir)  # the previous export stays published
+        raise
+    if not _remove_quietly(old):
+        log.warning("%s: could not delete the replaced export", old)
+
+
+def _remove_quietly(path):
+    # False when `path` is still there (the error that got us here matters more).
+    try:
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+        return True
+    except tf.errors.OpError:
+        return False
 
 
 def read_metadata(export_dir):

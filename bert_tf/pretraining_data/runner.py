@@ -8,6 +8,7 @@ import sys
 import time
 
 from bert_tf import BertError
+from bert_tf.fileio import describe_files
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import original as original_lib
 from bert_tf.pretraining_data import streaming as streaming_lib
@@ -146,7 +147,10 @@ def run(opts):
     input_files = docs_lib.expand_input_patterns(opts.input_file) if opts.input_file else []
     if input_files:
         if sum(docs_lib.file_size(p) for p in input_files) == 0:
-            raise BertError(f"--input_file: {opts.input_file!r}: all input files are empty")
+            if len(input_files) == 1:
+                raise BertError(f"--input_file {input_files[0]}: the file is empty")
+            raise BertError(f"--input_file: all {len(input_files)} input files are empty: "
+                            f"{describe_files(input_files)}")
     writer_lib.check_writable(paths + [stats_path])
     vocab_path, learned = _resolve_vocab(opts, input_files, stats_path)
     try:

@@ -22,12 +22,14 @@ import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
+import urllib.error
 
 import keras
 import tensorflow as tf
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker", "tpu", "auto")
 PRECISIONS = {"none": "float32", "float32": "float32",
@@ -39,21 +41,60 @@ def _local_tpu_present():
     return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
 
 
+# Looking a TPU up asks the GCE metadata server and the Cloud TPU API over HTTP, with no timeout
+# of their own: off Google Cloud an address that resolves but never answers would hang the job.
+TPU_LOOKUP_TIMEOUT_S = 30
+
+
+@contextlib.contextmanager
+def _socket_timeout(seconds):
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+def _tpu_error(tpu, zone, project, error):
+    """The one line for a TPU that cannot be reached: what failed and which flag to check."""
+    reason = getattr(error, "reason", None)  # URLError wraps the socket error
+    gist = str(reason) if isinstance(error, urllib.error.URLError) and reason else \
+        fileio.error_gist(error)
+    what = f"{type(error).__name__}: {gist.split('. ')[0]}"[:300]
+    unset = [flag for flag, value in (("--tpu_zone", zone), ("--gcp_project", project))
+             if not value]
+    kind = type(error).__name__
+    if isinstance(error, (urllib.error.URLError, TimeoutError)) and unset:
+        hint = (f"pass {' and '.join(unset)} (no Google Cloud metadata server answers here to "
+                "look them up)")
+    elif "Credentials" in kind or "auth" in kind.lower():
+        hint = "no Google Cloud credentials here (set GOOGLE_APPLICATION_CREDENTIALS)"
+    elif "404" in str(error) or "not found" in str(error).lower():
+        hint = "no such TPU: check --tpu_name, --tpu_zone and --gcp_project"
+    else:
+        hint = "check --tpu_name, --tpu_zone and --gcp_project"
+    return (f"--tpu_name={tpu}: cannot reach the TPU ({what}): {hint}, or run the job on the "
+            "TPU VM itself")
+
+
 def _tpu_strategy(tpu_name=None, tpu_zone=None, gcp_project=None):
     tpu = tpu_name or os.environ.get("TPU_NAME")
     if not tpu and not _local_tpu_present():
         raise BertError("--use_tpu: no TPU found (no --tpu_name, no TPU_NAME and no local TPU "
                         "devices)")
     try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-            tpu=tpu or "local", zone=tpu_zone, project=gcp_project)
-        if tpu and tpu != "local":
-            tf.config.experimental_connect_to_cluster(resolver)
+        with _socket_timeout(TPU_LOOKUP_TIMEOUT_S):
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+                tpu=tpu or "local", zone=tpu_zone, project=gcp_project)
+            if tpu and tpu != "local":
+                tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
-    except (ValueError, RuntimeError, tf.errors.OpError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BertError(f"--tpu_name={tpu}: cannot use the TPU ({msg})") from None
+    except BertError:
+        raise
+    except Exception as e:  # noqa: BLE001  URLError, HttpError, credentials, OpError...: one line
+        raise BertError(_tpu_error(tpu or "local", tpu_zone, gcp_project, e)) from None
 
 
 # TF keys every collective all-reduce by (group key, instance key) and caches each key's shape for

@@ -22,6 +22,7 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from bert_tf import BertError
+from bert_tf.fileio import describe_files
 
 log = logging.getLogger(__name__)
 
@@ -343,9 +344,11 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
                                        if more else ""))
     records = sum(n for _, n in results)
     if records == 0:
+        if len(files) == 1:
+            raise BertError(f"{flag} {files[0]}: the file is empty (no records): {REGENERATE}")
         some = "all" if len(chosen) == len(files) else f"all {len(chosen)} checked of"
         raise BertError(f"{flag}: {some} {len(files)} file(s) are empty (no records): "
-                        f"{REGENERATE}")
+                        f"{describe_files(chosen)}: {REGENERATE}")
     return {"files": len(chosen), "records": records,
             "empty_files": sum(1 for _, n in results if n == 0),
             "seconds": time.perf_counter() - start}
