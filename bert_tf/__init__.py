@@ -8,8 +8,13 @@ Packages follow the pipeline:
   export            SavedModels (preprocessor, encoder, end-to-end) for Keras and TF Serving
   tasks             fine-tuning: classifier, SQuAD, NER, feature extraction
   convert           TF1 checkpoints, Hugging Face safetensors (one module per foreign format)
+
+`bert_tf.from_pretrained(path, ...)` builds a Keras model from any BERT checkpoint
+(`bert_tf.pretrained`). Importing bert_tf imports no TensorFlow: `from_pretrained` is loaded on
+first use, and the Keras classes are registered lazily (below).
 """
 import os as _os
+import sys as _sys
 
 # Keras 3 must run on the TF backend; set it before anything imports keras.
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -20,3 +25,82 @@ __version__ = "0.1.0"
 
 class BertError(ValueError):
     """User-facing error: its message is one line naming the file/flag and what is wrong."""
+
+
+def __getattr__(name):
+    # Lazy: bert_tf.pretrained imports TensorFlow.
+    if name == "from_pretrained":
+        from bert_tf.pretrained import from_pretrained
+        return from_pretrained
+    raise AttributeError(f"module 'bert_tf' has no attribute {name!r}")
+
+
+# ---- Keras registration without importing Keras -------------------------------------------
+# `keras.saving.load_model` finds custom classes by registered name ("bert_tf>BertClassifier")
+# in Keras' global registry, which only our modules' decorators fill, and importing them
+# imports TensorFlow. So the registry gets a stand-in per class, whose `from_config` imports
+# the class's module (its decorator then replaces the stand-in) and builds the object. The
+# stand-ins go in when Keras' registry module is imported, or now if it already is.
+# tests/test_pretrained.py checks this table against every registration in bert_tf.
+SERIALIZABLE = {
+    "bert_tf.modeling.layers": ("BertEmbeddings", "BertSelfAttention", "TransformerBlock"),
+    "bert_tf.modeling.encoder": ("BertEncoder",),
+    "bert_tf.modeling.heads": ("MaskedLMHead", "DenseLogitsHead"),
+    "bert_tf.modeling.models": ("BertPretrainer", "BertClassifier", "BertSpanLabeler",
+                                "BertTokenClassifier"),
+    "bert_tf.tokenization.text_graph": ("BertPreprocessingLayer",),
+    "bert_tf.training.optimization": ("WarmupLinearDecay", "AdamWeightDecay", "Lamb", "AdamW"),
+    "bert_tf.pretrained": ("BertTextModel",),
+}
+_KERAS_REGISTRY = "keras.src.saving.object_registration"
+
+
+class _StandIn:
+    """Registry entry for a bert_tf class whose module is not imported yet."""
+
+    def __init__(self, module, name):
+        self.module, self.name = module, name
+
+    def load(self):
+        """The real class (imports its module)."""
+        import importlib
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def from_config(self, config, *args, **kwargs):
+        return self.load().from_config(config, *args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        return self.load()(*args, **kwargs)
+
+
+def _register(registry):
+    objects = registry.GLOBAL_CUSTOM_OBJECTS
+    for module, names in SERIALIZABLE.items():
+        for name in names:
+            objects.setdefault(f"bert_tf>{name}", _StandIn(module, name))
+
+
+class _RegistryHook:
+    """sys.meta_path finder: runs `_register` right after Keras' registry module executes."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _KERAS_REGISTRY:
+            return None
+        from importlib.machinery import PathFinder
+        _sys.meta_path.remove(self)  # once
+        spec = PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_register(module):
+            exec_module(module)
+            _register(module)
+        spec.loader.exec_module = exec_and_register
+        return spec
+
+
+if _KERAS_REGISTRY in _sys.modules:
+    _register(_sys.modules[_KERAS_REGISTRY])
+elif not any(isinstance(f, _RegistryHook) for f in _sys.meta_path):
+    _sys.meta_path.insert(0, _RegistryHook())

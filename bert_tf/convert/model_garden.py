@@ -88,6 +88,26 @@ def _resolve_prefix(path):
     return path
 
 
+def is_model_garden_checkpoint(path):
+    """True if `path` (prefix or directory) is a Model Garden BERT checkpoint: a BertEncoder /
+    BertEncoderV2 under `encoder` (BertPretrainerV2.checkpoint_items too), `model/encoder_network`
+    (Checkpoint(model=BertPretrainerV2)) or the legacy root `model`.
+
+    Args:
+        path: checkpoint prefix or directory.
+    """
+    try:
+        g = _ObjectGraph(_resolve_prefix(path))
+    except BertError:
+        return False
+    for where in ("encoder", "model/encoder_network", "model"):
+        node = g.node(where)
+        if node is not None and (g.node("_transformer_layers", node) is not None or
+                                 g.node("layer_with_weights-0/embeddings", node) is not None):
+            return True
+    return False
+
+
 def _encoder_layout(graph, enc_id):
     """Paths of the embedding tables, embedding LayerNorm, blocks and pooler inside the encoder.
 

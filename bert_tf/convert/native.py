@@ -60,7 +60,7 @@ def _staging():
     return tf.Variable(tf.zeros([0]), shape=tf.TensorShape(None), trainable=False)
 
 
-def _encoder_location(view, prefix):
+def _encoder_location(view, prefix, required=True):
     root = view.children(0)
     has_embeddings = lambda node: "embeddings" in view.children(node)
     model = root.get("model")
@@ -72,6 +72,8 @@ def _encoder_location(view, prefix):
             return ("model",)
     if "encoder" in root and has_embeddings(root["encoder"]):
         return ("encoder",)
+    if not required:
+        return None
     raise BertError(f"{prefix}: no BERT encoder under the object key 'model' (not written by "
                     f"tf.train.Checkpoint(model=...)?)")
 
@@ -107,6 +109,18 @@ def is_object_checkpoint(prefix):
         return "_CHECKPOINTABLE_OBJECT_GRAPH" in dict(tf.train.list_variables(prefix))
     except (tf.errors.OpError, ValueError):
         return False
+
+
+def is_bert_tf_checkpoint(prefix):
+    """True if `prefix` holds a bert_tf encoder under our object keys (`model`,
+    `model/encoder`, or `encoder` holding our layout; not Model Garden's `encoder`).
+
+    Args:
+        prefix: checkpoint prefix.
+    """
+    if not is_object_checkpoint(prefix):
+        return False
+    return _encoder_location(tf.train.CheckpointView(prefix), prefix, required=False) is not None
 
 
 def load_bert_tf_checkpoint(model, path):

@@ -1,0 +1,151 @@
+"""Which BERT format a path holds, and its weights as TF1-named arrays where that is the route.
+
+Shared by `checkpoints.load_checkpoint` (so `--init_checkpoint` of every script) and
+`bert_tf.from_pretrained`. Formats (`Detected.format`):
+
+  tf1             original release checkpoint (`bert/...` names), e.g. `bert_model.ckpt`
+  bert_tf         our training checkpoints (`tf.train.Checkpoint(model=...)`)
+  model_garden    Model Garden `Checkpoint(encoder=BertEncoder)` / BertPretrainerV2 checkpoints
+  hf              Hugging Face directory (`model.safetensors` or its index) or `.safetensors` file
+  keras_hub       keras-hub preset directory (`config.json` + `model.weights.h5`)
+  tfhub           TF Hub BERT encoder SavedModel (Model Garden's export_tfhub_lib)
+  bert_tf_export  our encoder / end-to-end SavedModel (`assets.extra/bert_tf_export.json`)
+
+The first three are checkpoint prefixes (a directory means its latest checkpoint), told apart by
+their variable names and object graph; the others by the files in the directory.
+"""
+import dataclasses
+import os
+import posixpath
+
+import tensorflow as tf
+
+from bert_tf import BertError
+from bert_tf.convert import common
+
+CHECKPOINT_FORMATS = ("tf1", "bert_tf", "model_garden")
+LOOKED_FOR = ("a checkpoint (.index + .data: original bert/... names, bert_tf's model key or "
+              "Model Garden's encoder key), model.safetensors, config.json + model.weights.h5 "
+              "(keras-hub preset), saved_model.pb (TF Hub / bert_tf export)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Detected:
+    """Where a BERT model lives.
+
+    Attributes:
+        format: one of the module docstring's formats.
+        path: what the loader reads: checkpoint prefix, HF directory or file, or directory.
+        directory: the directory of config / vocab files that may come with it.
+    """
+    format: str
+    path: str
+    directory: str
+
+
+def _join(*parts):
+    return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
+
+
+def _exists(directory, name):
+    return tf.io.gfile.exists(_join(directory, name))
+
+
+def _prefix_format(prefix):
+    from bert_tf.convert import model_garden, native
+    names = dict(tf.train.list_variables(prefix))
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" not in names:
+        if any(n.startswith("bert/") for n in names):
+            return "tf1"
+        raise BertError(f"{prefix}: a checkpoint without BERT variables (no bert/... names "
+                        f"and no object graph)")
+    if native.is_bert_tf_checkpoint(prefix):
+        return "bert_tf"
+    if model_garden.is_model_garden_checkpoint(prefix):
+        return "model_garden"
+    raise BertError(f"{prefix}: a tf.train.Checkpoint with no BERT encoder under bert_tf's "
+                    f"object keys (model, model/encoder) or Model Garden's (encoder, "
+                    f"model/encoder_network)")
+
+
+def detect(path):
+    """The format of `path` (see the module docstring).
+
+    Args:
+        path: a checkpoint prefix, `.index` file, `.safetensors` file or a directory
+            (str or PathLike; gs:// works).
+
+    Returns:
+        A `Detected`.
+
+    Raises:
+        BertError: one line naming the path and what was looked for.
+    """
+    path = os.fspath(path)
+    if path.endswith(".safetensors"):
+        return Detected("hf", path, posixpath.dirname(path) or ".")
+    if tf.io.gfile.isdir(path):
+        if _exists(path, "saved_model.pb"):
+            ours = _exists(path, _join("assets.extra", "bert_tf_export.json"))
+            return Detected("bert_tf_export" if ours else "tfhub", path, path)
+        if _exists(path, "model.weights.h5") and _exists(path, "config.json"):
+            return Detected("keras_hub", path, path)
+        if _exists(path, "model.safetensors") or _exists(path, "model.safetensors.index.json"):
+            return Detected("hf", path, path)
+        try:
+            prefix = common.resolve_prefix(path)
+        except BertError as e:
+            raise BertError(f"{e} (looked for {LOOKED_FOR})") from None
+    else:
+        prefix = common.resolve_prefix(path)
+    common.reader(prefix)  # one-line error for an unreadable file
+    return Detected(_prefix_format(prefix), prefix, posixpath.dirname(prefix) or ".")
+
+
+def export_vocab(export_dir, meta):
+    """(vocab_file or None, casing or None) of a bert_tf export: its one `.txt` asset (text-in
+    exports; encoder exports have none) and the do_lower_case its metadata records.
+
+    Args:
+        export_dir: the SavedModel directory.
+        meta: its `assets.extra/bert_tf_export.json` dict.
+    """
+    found = tf.io.gfile.glob(_join(export_dir, "assets", "*.txt"))
+    lower = meta.get("do_lower_case")
+    return (found[0] if len(found) == 1 else None,
+            None if lower is None else (bool(lower), bool(lower)))
+
+
+def read_weights(detected):
+    """Weights of the formats loaded through TF1-named arrays (model_garden, tfhub,
+    bert_tf_export, keras_hub).
+
+    Args:
+        detected: a `Detected` of one of those formats.
+
+    Returns:
+        (BertConfig implied by the source, {TF1 name: array in the TF1 layout}, vocab_file or
+        None, casing) with casing (lowercase, strip_accents) or None when the source records
+        none. The config's hidden_act is the format's default where the source has none.
+    """
+    fmt, path = detected.format, detected.path
+    if fmt == "model_garden":
+        from bert_tf.convert.model_garden import read_model_garden_checkpoint
+        cfg, weights = read_model_garden_checkpoint(path)
+        return cfg, weights, None, None
+    if fmt == "tfhub":
+        from bert_tf.convert.tfhub import read_tfhub_encoder
+        cfg, weights, vocab, lower = read_tfhub_encoder(path)
+        return cfg, weights, vocab, None if lower is None else (lower, lower)
+    if fmt == "keras_hub":
+        from bert_tf.convert import keras_hub
+        from bert_tf.convert.interop import encoder_of, get_weights
+        model, vocab, lower, strip = keras_hub.load_keras_hub_preset_with_casing(path)
+        return encoder_of(model).bert_config, get_weights(model), vocab, (lower, strip)
+    if fmt == "bert_tf_export":
+        from bert_tf.convert.interop import encoder_of, get_weights
+        from bert_tf.export.keras_loading import load_as_keras_model
+        model, meta = load_as_keras_model(path)
+        vocab, lower = export_vocab(path, meta)
+        return encoder_of(model).bert_config, get_weights(model), vocab, lower
+    raise BertError(f"{path}: {fmt} weights are loaded by their own loader, not read_weights")
