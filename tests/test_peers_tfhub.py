@@ -76,12 +76,14 @@ class Env:
         self.mg_pre = os.path.join(base, "mg_preprocess")
         export_tfhub_lib.export_preprocessing(
             self.mg_pre, vocab_file=self.vocab, do_lower_case=True,
-            tokenize_with_offsets=False, default_seq_length=SEQ)
+            tokenize_with_offsets=True, default_seq_length=SEQ)
         # bert_tf side: the converted model and our exports of it.
         self.model, vocab_file, lower = tfhub.load_tfhub_encoder(self.mg_enc)
         assert lower is True and open(vocab_file).read() == open(self.vocab).read()
         self.pre = export_preprocessor(self.vocab, True, os.path.join(base, "pre"), SEQ)
-        self.enc = export_encoder(self.model, os.path.join(base, "enc"))
+        # as Model Garden's: with the mlm sub-model, the vocab asset and do_lower_case
+        self.enc = export_encoder(self.model, os.path.join(base, "enc"), vocab_file=self.vocab,
+                                  do_lower_case=True, with_mlm=True)
         # A freshly initialised bert_tf encoder (sane weight scale) for the fine-tuning test.
         fresh = interop.build_bert_model(type(self.model.bert_config).from_dict(
             dict(self.model.bert_config.to_dict())))
@@ -158,11 +160,79 @@ def test_encoder_export_is_a_drop_in_for_model_garden(env):
         drop = m(x, training=True)["sequence_output"].numpy()
         assert drop.shape == out["sequence_output"].shape
         assert np.abs(drop - out["sequence_output"].numpy()).max() > 1e-2
-    # reusable SavedModel attributes, over the same tf.Variables the functions read
-    assert len(ours.trainable_variables) == len(ours.variables) == len(
-        theirs.trainable_variables) == 5 + 16 * LAYERS + 2
+    # reusable SavedModel attributes, over the same tf.Variables the functions read; both
+    # add the (non-trainable) do_lower_case variable to `variables`
+    n = 5 + 16 * LAYERS + 2
+    assert len(ours.trainable_variables) == len(theirs.trainable_variables) == n
+    assert len(ours.variables) == len(theirs.variables) == n + 1
     assert list(ours.regularization_losses) == []
-    assert {id(v) for v in ours.variables} == {id(v) for v in ours.trainable_variables}
+    assert {id(v) for v in ours.variables} - {id(v) for v in ours.trainable_variables} == {
+        id(ours.do_lower_case)}
+
+
+def model_garden_user_code(preprocessor_dir, encoder_dir, texts):
+    """Code written against a Model Garden TF Hub BERT pair: everything beyond `__call__`."""
+    preprocess, encoder = hub.load(preprocessor_dir), hub.load(encoder_dir)
+    special = preprocess.tokenize.get_special_tokens_dict()
+    tokens, starts, limits = preprocess.tokenize_with_offsets(tf.constant(texts))
+    inputs = preprocess(tf.constant(texts))
+    # mask the first two word pieces, score them with the masked-LM
+    positions = tf.constant([[1, 2]] * len(texts), tf.int32)
+    first_two = tf.one_hot(positions, SEQ, dtype=tf.int32, axis=1)
+    masked = tf.where(tf.reduce_sum(first_two, -1) > 0, special["mask_id"],
+                      inputs["input_word_ids"])
+    mlm = encoder.mlm(dict(inputs, input_word_ids=masked, masked_lm_positions=positions))
+    with tf.io.gfile.GFile(encoder.vocab_file.asset_path.numpy().decode(), "r") as f:
+        vocab = f.read().splitlines()
+    # the mlm sub-model in tf_keras, fine-tunable
+    layer = hub.KerasLayer(encoder.mlm, trainable=True)
+    logits = layer(dict(inputs, masked_lm_positions=positions))["mlm_logits"]
+    return dict(special=special, tokens=tokens, starts=starts, limits=limits, mlm=mlm,
+                vocab=vocab, lower=encoder.do_lower_case.numpy(), keras_logits=logits,
+                keras_trainable=len(layer.trainable_weights))
+
+
+def test_same_code_runs_on_model_garden_and_bert_tf_exports(env):
+    texts = list(SENTENCES)
+    theirs = model_garden_user_code(env.mg_pre, env.mg_enc, texts)
+    ours = model_garden_user_code(env.pre, env.enc, texts)
+    assert sorted(ours) == sorted(theirs)
+    spec = lambda d: {k: (v.dtype, v.shape, int(v)) for k, v in d.items()}
+    assert spec(ours["special"]) == spec(theirs["special"]) == {
+        "vocab_size": (tf.int32, (), len(VOCAB)), "start_of_sequence_id": (tf.int32, (), 2),
+        "end_of_segment_id": (tf.int32, (), 3), "padding_id": (tf.int32, (), 0),
+        "mask_id": (tf.int32, (), 4)}
+    for k, dtype in (("tokens", tf.int32), ("starts", tf.int64), ("limits", tf.int64)):
+        a, b = theirs[k], ours[k]
+        assert a.dtype == b.dtype == dtype and a.ragged_rank == b.ragged_rank == 2
+        assert a.shape.as_list() == b.shape.as_list() == [len(texts), None, None]
+        assert a.to_list() == b.to_list(), k  # ASCII text: same ids, same byte offsets
+    assert sorted(ours["mlm"]) == sorted(theirs["mlm"]) == [
+        "encoder_outputs", "mlm_logits", "pooled_output", "sequence_output"]
+    for k in ("mlm_logits", "pooled_output", "sequence_output"):
+        a, b = theirs["mlm"][k], ours["mlm"][k]
+        assert a.dtype == b.dtype == tf.float32 and a.shape == b.shape
+        np.testing.assert_allclose(b.numpy(), a.numpy(), atol=1e-5, err_msg=k)
+    assert ours["mlm"]["mlm_logits"].shape == (len(texts), 2, len(VOCAB))
+    assert [t.shape for t in ours["mlm"]["encoder_outputs"]] == [
+        t.shape for t in theirs["mlm"]["encoder_outputs"]]
+    assert ours["vocab"] == theirs["vocab"] == VOCAB
+    assert ours["lower"] is theirs["lower"] is np.True_
+    np.testing.assert_allclose(ours["keras_logits"].numpy(), theirs["keras_logits"].numpy(),
+                               atol=1e-5)
+    assert ours["keras_trainable"] == theirs["keras_trainable"] == 5 + 16 * LAYERS + 2 + 5
+
+
+def test_offsets_on_accented_text_point_into_the_input(env):
+    # Model Garden's offsets count the normalized text (é -> e is one byte shorter), so from
+    # a stripped accent on they are off; ours slice the input bytes.
+    text = "Café jumps"
+    data = text.encode()
+    for path, want in ((env.pre, ["Café".encode(), b"jump", b"s"]),
+                       (env.mg_pre, [b"Caf\xc3", b" jum", b"p"])):
+        _, starts, limits = hub.load(path).tokenize_with_offsets(tf.constant([text]))
+        got = [data[s:e] for s, e in zip(starts.flat_values.numpy(), limits.flat_values.numpy())]
+        assert got == want, path
 
 
 def test_hub_keraslayer_tutorial_classifier_fine_tunes_every_encoder_weight(env, caplog):

@@ -1,7 +1,9 @@
 """SavedModel exports for Keras and stock TF Serving (see export/README.md).
 
-  export_preprocessor  strings -> int32 encoder inputs (TF Hub preprocessor convention)
-  export_encoder       int32 inputs -> pooled/sequence/per-layer outputs (TF Hub encoder)
+  export_preprocessor  strings -> int32 encoder inputs (TF Hub preprocessor convention, with
+                       tokenize, tokenize_with_offsets, get_special_tokens_dict)
+  export_encoder       int32 inputs -> pooled/sequence/per-layer outputs (TF Hub encoder, with
+                       the `mlm` sub-model, vocab_file asset and do_lower_case)
   export_end_to_end    raw text -> task outputs, plus `predict_ids` for pre-tokenized input
   export_for_serving   export/<model_name>/<version>/ with warm-up requests, atomically
   load_as_keras_layer  an export as a keras.layers.TFSMLayer

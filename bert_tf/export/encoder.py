@@ -9,7 +9,14 @@
     [B, L, S, H] (signature outputs must be flat tensors sharing the batch dimension);
   - `variables`, `trainable_variables`, `regularization_losses` (TF Hub's reusable SavedModel
     API): `hub.KerasLayer(export_dir, trainable=True)` fine-tunes the encoder's weights. They
-    are the same tf.Variables the functions read (TF Serving's loader restores those).
+    are the same tf.Variables the functions read (TF Serving's loader restores those);
+  - `mlm` (with_mlm, from a model with a masked-LM head): `mlm(inputs)` takes the three ids
+    plus int32 `masked_lm_positions` [B, P] and returns the encoder's outputs (no `default`)
+    plus float32 `mlm_logits` [B, P, vocab_size]; `training` as above; its own `variables`
+    (the encoder's and the head's, all trainable) and `regularization_losses`;
+  - `vocab_file` (a SavedModel asset, copied to assets/) and `do_lower_case` (a bool
+    tf.Variable, not trainable, last in `variables`) when the export is given a vocab.
+Names, keys and dtypes are those of Model Garden's `export_tfhub_lib.export_model`.
 """
 import bert_tf  # noqa: F401
 import tensorflow as tf
@@ -18,20 +25,91 @@ from bert_tf import BertError
 from bert_tf.export import common
 
 
+POSITIONS_SPEC = tf.TensorSpec([None, None], tf.int32, name="masked_lm_positions")
+
+
+def _non_weight_variables(layer, weights):
+    """Dropout's seed-generator state: read by the training trace, so it must be saved too;
+    not a weight, so not in `variables`."""
+    return [getattr(v, "value", v) for v in layer.variables
+            if id(getattr(v, "value", v)) not in weights]
+
+
+class MlmModule(tf.Module):
+    """The encoder export's `mlm` sub-object: ids + masked_lm_positions -> encoder outputs +
+    mlm_logits (see module docstring).
+
+    Args:
+        encoder_module: the EncoderModule (runs the encoder with the same id checks).
+        model: the task model holding the `masked_lm` head (a BertPretrainer).
+    """
+
+    variables = trainable_variables = regularization_losses = None
+
+    def __init__(self, encoder_module, model):
+        super().__init__(name="mlm")
+        head = model.masked_lm
+        common.ensure_built(model)
+        # A Ref: the parent module is saved once, as the root.
+        self._encoder = common.Ref(encoder_module)
+        self._head = common.Ref(head)
+        self._word_embeddings = common.Ref(common.find_encoder(model).word_embeddings)
+        self.head_variables = common.tf_variables(head)
+        self.variables = list(encoder_module.trainable_variables) + self.head_variables
+        self.trainable_variables = list(self.variables)
+        self.regularization_losses = []
+        self.dropout_seed_state = _non_weight_variables(
+            head, {id(v) for v in self.head_variables})
+        spec = dict(common.ids_spec(), masked_lm_positions=POSITIONS_SPEC)
+        for training in (False, True):
+            self.__call__.get_concrete_function(spec, training=training)
+
+    @tf.function(autograph=False)
+    def __call__(self, inputs, training=False):
+        out = self._encoder.obj.run_encoder(inputs, training)
+        positions = tf.ensure_shape(inputs["masked_lm_positions"], [None, None])
+        shape = tf.shape(out["sequence_output"])
+        # An out-of-range gather would give zeros on GPU instead of an error.
+        checks = [
+            tf.debugging.assert_equal(tf.shape(positions)[0], shape[0], message=(
+                "masked_lm_positions must have input_word_ids' batch size")),
+            tf.debugging.assert_non_negative(positions,
+                                             message="masked_lm_positions must be >= 0"),
+            tf.debugging.assert_less(positions, shape[1], message=(
+                "masked_lm_positions must be < the sequence length"))]
+        with tf.control_dependencies(checks):
+            positions = tf.identity(positions)
+        logits = self._head.obj(out["sequence_output"], positions, self._word_embeddings.obj)
+        result = self._encoder.obj.as_float32(out)
+        result["mlm_logits"] = tf.cast(logits, tf.float32)
+        return result
+
+
 class EncoderModule(tf.Module):
     """The encoder SavedModel's root object (see module docstring).
 
     Args:
         encoder_or_model: a BertEncoder, a functional encoder model or a bert_tf task model
-            (only its encoder is exported).
+            (only its encoder is exported, plus its masked-LM head with with_mlm).
+        vocab_file: optional vocab.txt, saved as the `vocab_file` asset.
+        do_lower_case: the vocab's casing (bool), saved as the `do_lower_case` variable; given
+            with vocab_file.
+        with_mlm: add the `mlm` sub-object; None: when the model has a `masked_lm` head.
         name: tf.Module name.
     """
 
     # Plain attributes instead of tf.Module's computed properties, so they are saved.
     variables = trainable_variables = regularization_losses = None
 
-    def __init__(self, encoder_or_model, name="bert_encoder"):
+    def __init__(self, encoder_or_model, vocab_file=None, do_lower_case=None, with_mlm=None,
+                 name="bert_encoder"):
         super().__init__(name=name)
+        has_head = hasattr(encoder_or_model, "masked_lm")
+        if with_mlm and not has_head:
+            raise BertError(f"export_encoder: with_mlm=True needs a model with a masked-LM "
+                            f"head (a BertPretrainer), got a {type(encoder_or_model).__name__}")
+        if (vocab_file is None) != (do_lower_case is None):
+            raise BertError("export_encoder: pass vocab_file and do_lower_case together")
         cfg = common.bert_config_of(encoder_or_model, "export_encoder")
         enc = common.find_encoder(encoder_or_model)
         # A task model contributes only its encoder; a functional encoder model is used whole.
@@ -44,18 +122,49 @@ class EncoderModule(tf.Module):
         trainable = {id(getattr(w, "value", w)) for w in model.trainable_weights}
         self.trainable_variables = [v for v in self.model_variables if id(v) in trainable]
         self.regularization_losses = []  # BERT fine-tuning uses decoupled weight decay
-        # Dropout's seed-generator state: read by the training trace, so it must be saved
-        # too; not a weight, so not in `variables`.
-        weights = {id(v) for v in self.model_variables}
-        self.dropout_seed_state = [
-            getattr(v, "value", v) for v in model.variables
-            if id(getattr(v, "value", v)) not in weights]
+        self.dropout_seed_state = _non_weight_variables(
+            model, {id(v) for v in self.model_variables})
+        self.with_mlm = bool(has_head if with_mlm is None else with_mlm)
+        if vocab_file is not None:
+            self._check_vocab(vocab_file)
+            # Model Garden's encoders carry these for users who tokenize by themselves.
+            self.vocab_file = tf.saved_model.Asset(vocab_file)
+            self.do_lower_case = tf.Variable(bool(do_lower_case), trainable=False,
+                                             name="do_lower_case")
+            self.variables.append(self.do_lower_case)
         # keras.layers.TFSMLayer's default endpoint name.
         self.serve = self.__call__
         # The traces that are saved: inference, and training (dropout on) as TF Hub's
         # KerasLayer(trainable=True) calls it while fine-tuning.
         for training in (False, True):
             self.__call__.get_concrete_function(common.ids_spec(), training=training)
+        if self.with_mlm:
+            self.mlm = MlmModule(self, encoder_or_model)
+
+    def _check_vocab(self, vocab_file):
+        from bert_tf.tokenization import vocab_tokens
+        if not tf.io.gfile.exists(vocab_file):
+            raise BertError(f"export_encoder: vocab_file {vocab_file}: file not found")
+        n = len(vocab_tokens(vocab_file))
+        if n != self._cfg.vocab_size:
+            raise BertError(f"export_encoder: vocab_file {vocab_file} has {n} tokens but the "
+                            f"model has vocab_size {self._cfg.vocab_size}")
+
+    def run_encoder(self, inputs, training=False):
+        """Checked ids -> the encoder's output dict, in its compute dtype.
+
+        Args:
+            inputs: dict with the three int32 [B, S] id tensors (other keys are ignored).
+            training: Python bool, dropout on.
+        """
+        cfg = self._cfg
+        inputs = common.checked_ids(inputs["input_word_ids"], inputs["input_mask"],
+                                    inputs["input_type_ids"], cfg.vocab_size,
+                                    cfg.type_vocab_size, cfg.max_position_embeddings)
+        out = self._model.obj(inputs, training=training)
+        if not isinstance(out, dict) or "pooled_output" not in out:
+            raise BertError("export_encoder: the model must return the encoder's output dict")
+        return out
 
     def encode(self, inputs, training=False):
         """Checked ids -> the encoder's outputs in float32 (shared by both endpoints).
@@ -67,13 +176,15 @@ class EncoderModule(tf.Module):
         Returns:
             Dict of pooled_output, sequence_output and encoder_outputs (a list).
         """
-        cfg = self._cfg
-        inputs = common.checked_ids(inputs["input_word_ids"], inputs["input_mask"],
-                                    inputs["input_type_ids"], cfg.vocab_size,
-                                    cfg.type_vocab_size, cfg.max_position_embeddings)
-        out = self._model.obj(inputs, training=training)
-        if not isinstance(out, dict) or "pooled_output" not in out:
-            raise BertError("export_encoder: the model must return the encoder's output dict")
+        return self.as_float32(self.run_encoder(inputs, training))
+
+    @staticmethod
+    def as_float32(out):
+        """The exported keys of an encoder output dict, in float32.
+
+        Args:
+            out: the encoder's output dict.
+        """
         return {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
                 "sequence_output": tf.cast(out["sequence_output"], tf.float32),
                 "encoder_outputs": [tf.cast(x, tf.float32) for x in out["encoder_outputs"]]}
@@ -103,16 +214,24 @@ class EncoderModule(tf.Module):
                 "encoder_outputs": tf.stack(out["encoder_outputs"], axis=1)}
 
 
-def export_encoder(encoder_or_model, export_dir):
+def export_encoder(encoder_or_model, export_dir, vocab_file=None, do_lower_case=None,
+                   with_mlm=None):
     """Writes the encoder SavedModel to export_dir (atomically); returns export_dir.
 
     Args:
         encoder_or_model: a BertEncoder, a functional model from build_encoder_model, or any
             bert_tf.modeling.models model (its `.encoder` is exported).
         export_dir: folder to write (replaced if it exists).
+        vocab_file: optional vocab.txt, exported as the `vocab_file` asset (needs
+            do_lower_case).
+        do_lower_case: exported as the `do_lower_case` variable (with vocab_file).
+        with_mlm: export the `mlm` sub-object (needs a model with a masked-LM head, e.g. a
+            BertPretrainer); default: whenever the model has one.
     """
-    module = EncoderModule(encoder_or_model)
-    metadata = {"format": common.FORMAT, "kind": "encoder",
+    module = EncoderModule(encoder_or_model, vocab_file, do_lower_case, with_mlm)
+    metadata = {"format": common.FORMAT, "kind": "encoder", "with_mlm": module.with_mlm,
                 **common.model_metadata(module._model.obj)}
+    if vocab_file is not None:
+        metadata["do_lower_case"] = bool(do_lower_case)
     signatures = {"serving_default": module.serve_flat}
     return common.write_saved_model(module, export_dir, signatures, metadata)

@@ -10,6 +10,12 @@ SavedModel (the TF Hub text preprocessor API):
     int32 `input_word_ids`, `input_mask`, `input_type_ids` [batch, seq_length];
   - signature `serving_pairs(text, text_b)`: the same for sentence pairs;
   - `tokenize(text)`: int32 RaggedTensor [batch, words, pieces];
+  - `tokenize_with_offsets(text)`: [ids, start_offsets, limit_offsets]: the same int32 ids
+    plus int64 byte offsets of each piece in `text` (same ragged shape; `text[start:limit]` is
+    the piece's input text);
+  - `tokenize.get_special_tokens_dict()` (also on `tokenize_with_offsets`): int32 scalars
+    `vocab_size`, `start_of_sequence_id`, `end_of_segment_id`, `padding_id` (the packer's: [PAD],
+    else 0) and `mask_id`, for code that packs or masks by itself;
   - `bert_pack_inputs([tok_a] or [tok_a, tok_b], seq_length=N)`: [CLS] a [SEP] (b [SEP])
     packed, the longer segment truncated first. Segments are int32 or int64 ragged
     [batch, (words), (pieces)] or [batch, (pieces)]; N is any length >= 3 (a scalar int32
@@ -22,7 +28,7 @@ import bert_tf  # noqa: F401
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.tokenization import text_graph
+from bert_tf.tokenization import offsets, text_graph
 from bert_tf.export import common
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -87,11 +93,29 @@ class TextPreprocessor(tf.Module):
         self.cls_id, self.sep_id, self.pad_id = tok.cls_id, tok.sep_id, tok.pad_id
         self.mask_id, self.vocab_size = tok.mask_id, tok.vocab_size
         self.do_lower_case = tok.do_lower_case
+        self._piece_lengths = None
 
     def tokenize(self, text):
         """string [batch] -> int32 RaggedTensor [batch, words, pieces] (rank-1 checked)."""
         pieces = self.tokenizer.tokenize(check_text(text, "text"))
         return pieces.with_flat_values(tf.cast(pieces.flat_values, tf.int32))
+
+    def tokenize_with_offsets(self, text):
+        """string [batch] -> [int32 ids, int64 start offsets, int64 limit offsets], each a
+        RaggedTensor [batch, words, pieces]; offsets are bytes of `text`."""
+        if self._piece_lengths is None:  # vocab-sized constants: only when asked for
+            self._piece_lengths = offsets.piece_byte_lengths(self.tokenizer.vocab_file)
+        ids, starts, limits = offsets.tokenize_with_offsets(
+            self.tokenizer, check_text(text, "text"), self._piece_lengths)
+        return [ids.with_flat_values(tf.cast(ids.flat_values, tf.int32)), starts, limits]
+
+    def special_tokens_dict(self):
+        """Model Garden's `BertTokenizer.get_special_tokens_dict()`: name -> Python int."""
+        tok = self.tokenizer
+        # padding_id is what the packer pads with ([PAD], else 0), so it is always there.
+        return {"vocab_size": tok.vocab_size, "start_of_sequence_id": tok.cls_id,
+                "end_of_segment_id": tok.sep_id, "padding_id": tok.pad_id,
+                "mask_id": tok.mask_id}
 
     def tokenize_flat(self, text):
         """string [batch] -> int32 RaggedTensor [batch, pieces]; packing needs no word
@@ -136,6 +160,30 @@ class TextPreprocessor(tf.Module):
         return self.pack([tokenize(text), tokenize(text_b)])
 
 
+class TokenizeModule(tf.Module):
+    """`tokenize` / `tokenize_with_offsets` of the preprocessor SavedModel: callable on string
+    [batch], with `get_special_tokens_dict()` (as Model Garden's, a sub-object).
+
+    Args:
+        fn: the traced tokenizer function (string [batch] -> its outputs).
+        get_special_tokens_dict: tf.function with no arguments -> dict of int32 scalars.
+        name: tf.Module name.
+    """
+
+    # Plain attributes (TF Hub's reusable SavedModel API; nothing to train).
+    variables = trainable_variables = regularization_losses = None
+
+    def __init__(self, fn, get_special_tokens_dict, name):
+        super().__init__(name=name)
+        self.variables, self.trainable_variables, self.regularization_losses = [], [], []
+        self._fn = common.Ref(fn)
+        self.get_special_tokens_dict = get_special_tokens_dict
+
+    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
+    def __call__(self, text):
+        return self._fn.obj(text)
+
+
 class BertPreprocessor(tf.Module):
     """The preprocessor SavedModel's root object (see module docstring).
 
@@ -165,6 +213,19 @@ class BertPreprocessor(tf.Module):
             return pre.pack(inputs, seq_length)
 
         self.bert_pack_inputs = tf.function(bert_pack_inputs, autograph=False)
+        special = pre.special_tokens_dict()
+
+        def get_special_tokens_dict():
+            # Python ints as constants: int32 scalars, as Model Garden's.
+            return {k: tf.constant(v, tf.int32) for k, v in special.items()}
+
+        get_special_tokens_dict = tf.function(get_special_tokens_dict, input_signature=[],
+                                              autograph=False)
+        self.tokenize = TokenizeModule(self._tokenize_fn.obj, get_special_tokens_dict,
+                                       "tokenize")
+        self.tokenize_with_offsets = TokenizeModule(
+            tf.function(pre.tokenize_with_offsets, autograph=False), get_special_tokens_dict,
+            "tokenize_with_offsets")
         self.serve = self.__call__  # keras.layers.TFSMLayer's default endpoint name
         # A restored function only accepts the input structures it was traced with: trace
         # 1 or 2 segments, ragged rank 1 or 2, int32 or int64 pieces, seq_length a tensor.
@@ -184,11 +245,6 @@ class BertPreprocessor(tf.Module):
     def tokenizer(self):
         """The in-graph BertTextTokenizer (special ids, vocab size)."""
         return self.preprocessing.tokenizer
-
-    @tf.function(input_signature=[TEXT_SPEC], autograph=False)
-    def tokenize(self, text):
-        """string [batch] -> int32 RaggedTensor [batch, words, pieces] (TF Hub's API)."""
-        return self._tokenize_fn.obj(text)
 
     @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def __call__(self, text):

@@ -8,6 +8,10 @@ for all four, each with warm-up requests in assets.extra/:
   <model_name>_embeddings    text in -> pooled_output / sequence_output
   <model_name>_preprocessor  text in -> int32 encoder inputs (TF Hub preprocessor)
   <model_name>_encoder       int32 inputs -> encoder outputs (TF Hub encoder)
+
+Both encoder exports carry the `mlm` sub-model (masked-LM logits, as Model Garden's
+`export_tfhub_lib` with_mlm=True); with --vocab_file also its `vocab_file` asset and
+`do_lower_case`.
 """
 import logging
 import posixpath
@@ -73,7 +77,7 @@ def export_pretrained(model, export_dir, options):
     """
     from bert_tf import export
     if not options.vocab_file:
-        export.export_encoder(model.encoder, export_dir)
+        export.export_encoder(model, export_dir, with_mlm=True)
         log.info("exported the ids-in encoder to %s; for text-in models (TF Hub preprocessor "
                  "+ encoder, fill-mask, embeddings) add --vocab_file and --do_lower_case",
                  export_dir)
@@ -96,8 +100,10 @@ def export_pretrained(model, export_dir, options):
     # The encoder's warm-up inputs: the exported preprocessor's ids of the same texts.
     ids = {k: v.numpy() for k, v in
            tf.saved_model.load(pre_dir).signatures["serving_default"](text=texts).items()}
-    _with_warmup(lambda d: export.export_encoder(model.encoder, d), enc_dir, [
+    requests = [
         serving.predict_request(names[3], "serving_default", {k: v[:1] for k, v in ids.items()}),
-        serving.predict_request(names[3], "serving_default", ids)])
+        serving.predict_request(names[3], "serving_default", ids)]
+    _with_warmup(lambda d: export.export_encoder(model, d, vocab, lower, with_mlm=True),
+                 enc_dir, requests)
     log.info("exported %s/{%s}/%d", export_dir, ",".join(names), version)
     return export_dir
