@@ -1,10 +1,11 @@
 # The README's two commands: `make demo` and `make test`. Both create/reuse .venv.
+# (.venv installs the exact pins of constraints.txt; setup.py itself has ranges.)
 PY ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all venv clean peers test-peers
+.PHONY: demo test test-all venv clean peers test-peers wheel test-py313
 
 $(STAMP): setup.py constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,8 +41,34 @@ peers: $(PEERS_STAMP)
 test-peers: $(PEERS_STAMP)
 	$(BIN)/python -m pytest -q -m peers tests
 
+# The demo's work folder and exports go under the current directory (demo_out/, export/).
 demo: $(STAMP)
-	$(BIN)/python -m bert_tf.demo --output_dir demo_out
+	$(BIN)/python -m bert_tf.demo --output_dir demo_out --export_base export
+
+wheel:
+	rm -f dist/bert_tf-*.whl
+	$(BIN)/pip wheel -q --no-deps . -w dist/
+
+# The wheel in a fresh Python 3.13 venv with the newest versions setup.py's ranges allow (no
+# constraints; downloads from PyPI), then a fast subset of the tests against the installed
+# package, run from a directory outside the checkout. (setuptools + wheel: tests/test_install.py
+# builds the wheel again, offline.)
+PY313 ?= /root/.pyenv/versions/3.13.0/bin/python
+VENV313 ?= .venv-py313
+PY313_TESTS := tests/test_install.py tests/test_tokenization.py tests/test_text_graph.py \
+	tests/test_checkpoints.py tests/test_convert_hf.py
+
+test-py313:
+	rm -rf $(VENV313) dist/bert_tf-*.whl
+	$(PY313) -m venv $(VENV313)
+	$(VENV313)/bin/pip install -q --upgrade pip
+	$(VENV313)/bin/pip wheel -q --no-deps . -w dist/
+	$(VENV313)/bin/pip install -q dist/bert_tf-*.whl pytest setuptools wheel
+	$(VENV313)/bin/pip list 2>/dev/null | grep -iE \
+	  '^(bert.tf|tensorflow[a-z_-]*|keras|numpy|protobuf|ml.dtypes|absl-py|h5py|grpcio|safetensors|pytest)\s'
+	cd "$$(mktemp -d)" && $(abspath $(VENV313))/bin/python -c "import bert_tf, sys; \
+	  assert '/site-packages/' in bert_tf.__file__, bert_tf.__file__; print('testing', bert_tf.__file__, sys.version.split()[0])" \
+	  && $(abspath $(VENV313))/bin/python -m pytest -q $(abspath $(PY313_TESTS))
 
 clean:
-	rm -rf demo_out build *.egg-info
+	rm -rf demo_out build dist *.egg-info $(VENV313)

@@ -1,22 +1,8 @@
-"""Extract per-token activations of BERT layers to JSON lines (like the original release).
+"""`bert-extract-features` of an installed bert_tf, run from the checkout (same flags; see --help).
 
-Input: one text per line, or "text_a ||| text_b". Logic: bert_tf.tasks.features; flags are the
-fields of bert_tf.tasks.features.FeatureConfig (the training ones left out).
+The command lives in bert_tf/commands/extract_features.py.
 """
-from absl import flags
-
-import bert_tf  # noqa: F401  (sets the Keras backend)
-from bert_tf import script_flags
-from bert_tf.tasks import cli, features
-from bert_tf.training.options import TRAINING_FLAGS
-
-script_flags.define_flags(features.FeatureConfig, exclude=TRAINING_FLAGS)
-flags.adopt_module_key_flags(script_flags)  # listed in --help too
-
-
-def _report(result):
-    print(f"wrote {result['num_examples']} lines to {result['output_file']}")
-
+from bert_tf.commands.extract_features import main
 
 if __name__ == "__main__":
-    cli.run_script(features.run, features.FeatureConfig, _report)
+    main()

@@ -1,18 +1,8 @@
-"""BERT fine-tuning for sentence (pair) classification: GLUE, XNLI, or a TFDS dataset.
+"""`bert-run-classifier` of an installed bert_tf, run from the checkout (same flags; see --help).
 
-Logic: bert_tf.tasks.classifier. Original flags and defaults, plus --tfds_name and the TF2
-additions (--strategy, --mixed_precision, --jit_compile, --grad_accum_steps, --export_dir, ...),
-all fields of bert_tf.tasks.classifier.ClassifierConfig.
+The command lives in bert_tf/commands/run_classifier.py.
 """
-from absl import flags
-
-import bert_tf  # noqa: F401  (sets the Keras backend)
-from bert_tf import script_flags
-from bert_tf.tasks import classifier, cli
-
-script_flags.define_flags(classifier.ClassifierConfig)
-flags.adopt_module_key_flags(script_flags)  # listed in --help too
-
+from bert_tf.commands.run_classifier import main
 
 if __name__ == "__main__":
-    cli.run_script(classifier.run, classifier.ClassifierConfig, cli.print_eval)
+    main()

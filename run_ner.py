@@ -1,18 +1,8 @@
-"""BERT fine-tuning for CoNLL-2003 style named-entity recognition (token tagging).
+"""`bert-run-ner` of an installed bert_tf, run from the checkout (same flags; see --help).
 
-Logic: bert_tf.tasks.ner. Flags follow run_classifier's (fields of bert_tf.tasks.ner.NerConfig);
-entity-level P/R/F1 (conlleval rules) go to eval_results.txt, predictions to
-eval_predictions.txt / test_predictions.txt.
+The command lives in bert_tf/commands/run_ner.py.
 """
-from absl import flags
-
-import bert_tf  # noqa: F401  (sets the Keras backend)
-from bert_tf import script_flags
-from bert_tf.tasks import cli, ner
-
-script_flags.define_flags(ner.NerConfig)
-flags.adopt_module_key_flags(script_flags)  # listed in --help too
-
+from bert_tf.commands.run_ner import main
 
 if __name__ == "__main__":
-    cli.run_script(ner.run, ner.NerConfig, cli.print_eval)
+    main()

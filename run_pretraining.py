@@ -1,49 +1,8 @@
-"""Pre-train BERT (masked LM + next sentence) on TFRecords from create_pretraining_data.py.
+"""`bert-run-pretraining` of an installed bert_tf, run from the checkout (same flags; see --help).
 
-The original's flags and defaults, plus the TF2 ones (--strategy, --mixed_precision, ...).
-Restarting with the same --output_dir resumes from its latest checkpoint. See bert_tf.training.pretraining.
-
-Several machines (--strategy=multi_worker): run the same command on every host, each with
-TF_CONFIG naming the cluster and its own task, e.g. on the second of two hosts
-  TF_CONFIG='{"cluster": {"worker": ["host1:12345", "host2:12345"]},
-              "task": {"type": "worker", "index": 1}}'
---train_batch_size is the global batch; --output_dir (and --input_file) must be storage all
-hosts see (gs://...). Worker 0 writes checkpoints, summaries and the export; each worker reads
-its share of the input files. If a worker dies the others stop with an error; restart all of
-them to resume. TPU pod slices: --use_tpu --tpu_name=<pod name>.
+The command lives in bert_tf/commands/run_pretraining.py.
 """
-import sys
-
-from absl import app, flags, logging
-
-import bert_tf  # noqa: F401  (sets the Keras backend)
-from bert_tf import BertError
-from bert_tf import script_flags
-from bert_tf.training.options import PretrainingOptions
-
-FLAGS = flags.FLAGS
-
-# Every flag is a field of PretrainingOptions (the original's names and defaults, the TF2
-# additions, and --vocab_file/--do_lower_case/--model_name for the text-in export).
-script_flags.define_flags(PretrainingOptions)
-flags.adopt_module_key_flags(script_flags)  # listed in --help too
-
-
-def main(argv):
-    del argv
-    try:
-        from bert_tf.training import pretraining
-        options = script_flags.options_from_flags(PretrainingOptions)
-        result = pretraining.run_pretraining(options)
-    except BertError as e:
-        sys.exit(f"error: {e}")
-    if result["eval"]:
-        for key in pretraining.EVAL_KEYS:
-            print(f"{key} = {result['eval'][key]}")
-    if result["export_dir"]:
-        print(f"exported the encoder to {result['export_dir']}")
-
+from bert_tf.commands.run_pretraining import main
 
 if __name__ == "__main__":
-    logging.set_verbosity(logging.INFO)
-    app.run(main, flags_parser=script_flags.parse_flags)
+    main()

@@ -1,23 +1,8 @@
-"""BERT fine-tuning for SQuAD v1.1 / v2.0 (writes predictions.json, nbest_predictions.json,
-null_odds.json; and eval_results.txt when the predict file has answers).
+"""`bert-run-squad` of an installed bert_tf, run from the checkout (same flags; see --help).
 
-Logic: bert_tf.tasks.squad. Original flags and defaults plus the TF2 additions, all fields of
-bert_tf.tasks.squad.SquadConfig.
+The command lives in bert_tf/commands/run_squad.py.
 """
-from absl import flags
-
-import bert_tf  # noqa: F401  (sets the Keras backend)
-from bert_tf import script_flags
-from bert_tf.tasks import cli, squad
-
-script_flags.define_flags(squad.SquadConfig)
-flags.adopt_module_key_flags(script_flags)  # listed in --help too
-
-
-def _report(result):
-    cli.print_eval(result)
-    print(f"predictions in {result['output_dir']}")
-
+from bert_tf.commands.run_squad import main
 
 if __name__ == "__main__":
-    cli.run_script(squad.run, squad.SquadConfig, _report)
+    main()

@@ -1,34 +1,57 @@
 """bert_tf: Google's original BERT workflow on TensorFlow 2.20 / Keras 3."""
 from setuptools import find_packages, setup
 
-# Exact pins: an unpinned resolve of the TF stack fails. constraints.txt pins the transitive set.
+# Compatible ranges of what bert_tf imports; constraints.txt pins the exact, tested set that
+# `make` and CI install (`pip install -c constraints.txt`). tensorflow-text's ops are built
+# against one TensorFlow minor, so the two move together. Lowest tested: keras 3.12.0,
+# numpy 2.3.5, tensorflow-datasets 4.9.9.
 INSTALL_REQUIRES = [
-    "tensorflow==2.20.0",
-    "tensorflow-text==2.20.1",
-    "keras==3.15.1",
-    "tensorflow-datasets==4.9.10",
-    "tqdm==4.70.1",
-    "safetensors==0.8.0",
-    "numpy==2.4.6",
-    "google-crc32c==1.9.0",  # TFRecord framing of create_pretraining_data (no TF import)
+    "tensorflow>=2.20,<2.21",
+    "tensorflow-text>=2.20,<2.21",
+    "keras>=3.12,<4",
+    "numpy>=1.26,<3",
+    "absl-py>=1.0",
+    "tensorflow-datasets>=4.9.9,<5",
+    "tqdm>=4.64",
+    "safetensors>=0.4",
+    "google-crc32c>=1.5",  # TFRecord framing of create_pretraining_data (no TF import)
+    # Exports write TF Serving warm-up requests (PredictRequest protos). Pure Python.
+    "tensorflow-serving-api>=2.20,<2.21",
 ]
 
 EXTRAS = {
-    "test": ["pytest==9.2.0", "tensorflow-serving-api==2.20.0"],
+    "test": ["pytest>=8"],
     # Interop tests/benchmarks only, never imported by bert_tf at module level. pip cannot
     # resolve tf-models-official with the pinned stack in one go: use `make peers`, which
     # installs it with --no-deps after the rest (constraints-peers.txt).
-    "peers": ["keras-hub==0.32.0", "tokenizers==0.23.3", "tensorflow-hub==0.16.1",
-              "tf_keras==2.20.1", "kagglehub==1.0.2", "kagglesdk==0.1.28"],
-    "beam": ["apache-beam==2.77.0"],
+    "peers": ["keras-hub>=0.32", "tokenizers>=0.23", "tensorflow-hub>=0.16",
+              "tf_keras>=2.20,<2.21", "kagglehub>=1.0", "kagglesdk>=0.1.28"],
+    "beam": ["apache-beam>=2.77"],
 }
+
+# The commands a pip install puts on PATH; bert_tf.commands.COMMANDS lists the same ones.
+CONSOLE_SCRIPTS = [
+    "bert-create-pretraining-data=bert_tf.commands.create_pretraining_data:main",
+    "bert-run-pretraining=bert_tf.commands.run_pretraining:main",
+    "bert-run-classifier=bert_tf.commands.run_classifier:main",
+    "bert-run-squad=bert_tf.commands.run_squad:main",
+    "bert-run-ner=bert_tf.commands.run_ner:main",
+    "bert-extract-features=bert_tf.commands.extract_features:main",
+    "bert-export-savedmodel=bert_tf.commands.export_savedmodel:main",
+    "bert-convert=bert_tf.commands.convert:main",
+    "bert-demo=bert_tf.demo:main",
+]
 
 setup(
     name="bert_tf",
     version="0.1.0",
     description="Original BERT (pre-training data, pre-training, export, fine-tuning) on TF 2 / Keras 3",
     packages=find_packages(include=["bert_tf", "bert_tf.*"]),
-    python_requires=">=3.11,<3.12",
+    # The model configs and the demo's corpus (the checkout's configs/ and
+    # tfrecords/sample_corpus.txt are symlinks to them).
+    package_data={"bert_tf.resources": ["configs/*.json", "sample_corpus.txt"]},
+    python_requires=">=3.10,<3.14",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
+    entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )

@@ -33,7 +33,7 @@ import bert_tf  # noqa: E402,F401
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bert_tf import export, tokenization  # noqa: E402
+from bert_tf import export, resources, tokenization  # noqa: E402
 from bert_tf.modeling.config import BertConfig  # noqa: E402
 from bert_tf.modeling.encoder import BertEncoder, dummy_inputs  # noqa: E402
 
@@ -128,16 +128,18 @@ def run_config(name, cfg_path, iters, work):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default="tiny",
-                        help="comma-separated: tiny (configs/bert_tiny.json), base, mini, ...")
+                        help="comma-separated shipped configs: tiny (bert_tiny.json), base, "
+                             "mini, ...")
     parser.add_argument("--iters", type=int, default=50)
     args = parser.parse_args()
     print(f"# TF {tf.__version__}, devices {[d.name for d in tf.config.list_logical_devices()]}, "
           f"seq {SEQ}, {args.iters} timed calls per row", flush=True)
     with tempfile.TemporaryDirectory() as work:
         for name in args.configs.split(","):
-            path = os.path.join(REPO, "configs", f"bert_{name}.json")
-            if not os.path.exists(path):
-                sys.exit(f"error: --configs: no {path}")
+            try:
+                path = resources.config_file(f"bert_{name}")
+            except bert_tf.BertError as e:
+                sys.exit(f"error: --configs: {e}")
             run_config(name, path, args.iters, work)
 
 

@@ -30,7 +30,7 @@ import bert_tf  # noqa: E402  (sets KERAS_BACKEND before TF/keras)
 import tensorflow as tf  # noqa: E402
 import tensorflow_text as tf_text  # noqa: E402
 
-from bert_tf import tokenization  # noqa: E402
+from bert_tf import resources, tokenization  # noqa: E402
 
 from bert_tf.tokenization import text_graph
 
@@ -39,7 +39,7 @@ from bert_tf.tokenization import vocab_builder
 FAST = "peer tf_text.FastBertTokenizer"
 HF = "peer HF tokenizers BertWordPiece"
 DEFAULT_INPUTS = [os.path.join(REPO, "tests", "data", "sample_text.txt"),
-                  os.path.join(REPO, "tfrecords", "sample_corpus.txt")]
+                  resources.sample_corpus()]
 
 
 def read_lines(paths, num_lines):

@@ -38,6 +38,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from bert_tf import resources  # noqa: E402
 from bert_tf.modeling.config import BertConfig  # noqa: E402
 from bert_tf.training.distribute import get_strategy, set_mixed_precision  # noqa: E402
 from bert_tf.training.input_pipeline import pretraining_dataset  # noqa: E402
@@ -137,7 +138,7 @@ PEERS = ("keras_hub", "model_garden", "keras_fit")
 
 
 def make_impl(key, name, cfg, files, tmp, args):
-    config_file = os.path.join(REPO, "configs", f"bert_{name}.json")
+    config_file = resources.config_file(f"bert_{name}")
     if key == "bert_tf":
         return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}"), args)
     if key == "keras_hub":
@@ -177,7 +178,7 @@ def main():
           f"{'bert_tf/impl':>13} {'cpu_ms/st':>9} {'cpu ratio':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.configs.split(","):
-            cfg = BertConfig.from_json_file(os.path.join(REPO, "configs", f"bert_{name}.json"))
+            cfg = BertConfig.from_json_file(resources.config_file(f"bert_{name}"))
             files = os.path.join(tmp, f"{name}-*.tfrecord")
             for i in range(2):
                 write_records(os.path.join(tmp, f"{name}-{i}.tfrecord"), 4 * args.batch,

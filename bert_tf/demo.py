@@ -1,12 +1,13 @@
-"""`make demo`: the original release's whole workflow on the shipped sample corpus.
+"""`make demo` / `bert-demo`: the original release's whole workflow on the shipped sample corpus.
 
-    python -m bert_tf.demo --output_dir demo_out [--train_steps 300] [--export_base export]
+    bert-demo [--output_dir demo_out] [--train_steps 300] [--export_base export]
+    (or: python -m bert_tf.demo ...; outputs go under the current directory by default)
 
-Each step runs the same top-level script a user would run with their own data, and prints the
-command first so it can be copied:
-  1. learn a WordPiece vocab from tfrecords/sample_corpus.txt (python -m bert_tf.tokenization.vocab_builder)
-  2. create_pretraining_data.py -> sharded TFRecords + stats JSON
-  3. run_pretraining.py with a tiny config (loss printed each loop) and --vocab_file, so its
+Each step runs the same command a user would run with their own data, and prints it first so
+it can be copied:
+  1. learn a WordPiece vocab from the sample corpus (python -m bert_tf.tokenization.vocab_builder)
+  2. bert-create-pretraining-data -> sharded TFRecords + stats JSON
+  3. bert-run-pretraining with a tiny config (loss printed each loop) and --vocab_file, so its
      end-of-training export writes the SavedModels
   4. <export_base>/bert_demo{,_embeddings,_preprocessor,_encoder}/<version>/ (TF Serving
      layout, warm-up requests): text-in fill-mask and embeddings, the TF Hub preprocessor +
@@ -14,6 +15,8 @@ command first so it can be copied:
   5. a fresh process (bert_tf/demo_predict.py, plain Keras) loads the exports and prints
      fill-mask predictions and sentence embeddings
   6. the tensorflow_model_server / docker command and a curl request for the fill-mask model.
+The steps run as `python -m bert_tf.commands.<name>` with this interpreter (what the printed
+`bert-<name>` commands run), so the demo works from a checkout and from an installed wheel.
 """
 import json
 import os
@@ -27,11 +30,12 @@ import time
 from absl import app, flags
 
 import bert_tf  # noqa: F401
-from bert_tf import BertError, fileio
+from bert_tf import BertError, commands, fileio, resources
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE_CORPUS = os.path.join(REPO, "tfrecords", "sample_corpus.txt")
-TINY_CONFIG = os.path.join(REPO, "configs", "bert_tiny.json")
+SAMPLE_CORPUS = resources.sample_corpus()
+TINY_CONFIG = resources.config_file("bert_tiny")
+# Run as a file, not a module: the point of step 5 is that it imports nothing from bert_tf.
+PREDICT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_predict.py")
 MODEL_NAME = "bert_demo"
 
 DEMO_SENTENCES = [
@@ -53,7 +57,7 @@ def _define_flags():
     clash with other modules' flags of the same name in one process)."""
     flags.DEFINE_string("output_dir", "demo_out",
                         "Work folder (vocab, TFRecords, checkpoints, logs).")
-    flags.DEFINE_string("export_base", os.path.join(REPO, "export"),
+    flags.DEFINE_string("export_base", "export",
                         "SavedModels go to <export_base>/<name>/<version>/ "
                         "(the TF Serving layout).")
     flags.DEFINE_string("input_file", SAMPLE_CORPUS, "Corpus: one sentence a line, blank line "
@@ -85,20 +89,29 @@ _NOISE = re.compile(r"cuInit|cuda_platform|signature_serialization|functional_sa
 
 
 def _shown(arg):
+    """One argument as printed: paths under the current directory relative to it."""
     if arg == sys.executable:
         return "python"
-    if os.path.isabs(arg) and arg.startswith(REPO + os.sep):
-        return os.path.relpath(arg, REPO)
-    return shlex.quote(arg)
+    cwd = os.getcwd()
+    flag, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+    if os.path.isabs(value) and value.startswith(cwd + os.sep):
+        value = os.path.relpath(value, cwd)
+    return shlex.quote(flag + eq + value)
+
+
+def _shown_argv(argv):
+    """The command as a user types it: `bert-<name> ...` for our commands."""
+    if argv[:2] == [sys.executable, "-m"] and commands.command_name(argv[2]):
+        argv = [commands.command_name(argv[2])] + argv[3:]
+    return [_shown(a) for a in argv]
 
 
 def _run(argv, log_path=None):
     """Runs one step's command, echoing it; its output streams to the console (and a log)."""
-    print("$ " + " ".join(_shown(a) for a in argv), flush=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    shown = _shown_argv(argv)
+    print("$ " + " ".join(shown), flush=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            bufsize=1)
     lines = []
     for line in proc.stdout:
         if not _NOISE.search(line):
@@ -108,14 +121,15 @@ def _run(argv, log_path=None):
     if log_path:
         fileio.write_text_atomic(log_path, output)
     if proc.wait() != 0:
-        step = next((a for a in argv[1:] if not a.startswith("-")), argv[-1])
-        raise BertError(f"{_shown(step)}: step failed (exit {proc.returncode}); its output is "
-                        "above")
+        step = shown[0] if shown[0] != "python" else next(
+            (a for a in shown[1:] if not a.startswith("-")), shown[-1])
+        raise BertError(f"{step}: step failed (exit {proc.returncode}); its output is above")
     return output
 
 
-def _script(name):
-    return [sys.executable, os.path.join(REPO, name)]
+def _command(module):
+    """argv of command `bert_tf.commands.<module>` run by this interpreter."""
+    return [sys.executable, "-m", f"bert_tf.commands.{module}"]
 
 
 def _next_version(export_base, names):
@@ -128,7 +142,7 @@ def write_demo_config(base_config_file, vocab_file, path):
     """Writes `base_config_file` with vocab_size set to the vocab's size; returns the config.
 
     Args:
-        base_config_file: bert_config.json to start from (e.g. configs/bert_tiny.json).
+        base_config_file: bert_config.json to start from (e.g. the shipped bert_tiny.json).
         vocab_file: the vocab the demo learned or was given.
         path: where to write the demo's bert_config.json.
     """
@@ -141,7 +155,7 @@ def write_demo_config(base_config_file, vocab_file, path):
 
 
 def parse_losses(train_log):
-    """Total loss of each training loop line (`step 50/300 loss=3.21 ...`) of run_pretraining.py."""
+    """Total loss of each training loop line (`step 50/300 loss=3.21 ...`) of the training log."""
     return [float(m) for m in re.findall(r"step \d+/\d+ loss=([0-9.]+)", train_log)]
 
 
@@ -169,8 +183,9 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
     if not vocab_file:
         _say("1/6 learn a WordPiece vocab from the corpus")
         vocab_file = os.path.join(output_dir, "vocab.txt")
-        _run([sys.executable, "-m", "bert_tf.tokenization.vocab_builder", f"--input_file={input_file}",
-              f"--output_file={vocab_file}", f"--vocab_size={vocab_size}", lower])
+        _run([sys.executable, "-m", "bert_tf.tokenization.vocab_builder",
+              f"--input_file={input_file}", f"--output_file={vocab_file}",
+              f"--vocab_size={vocab_size}", lower])
     else:
         _say(f"1/6 use the given vocab {vocab_file}")
     config_file = os.path.join(output_dir, "bert_config.json")
@@ -178,29 +193,29 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
     print(f"model: L={cfg.num_hidden_layers} H={cfg.hidden_size} A={cfg.num_attention_heads} "
           f"vocab={cfg.vocab_size} -> {config_file}")
 
-    _say("2/6 create_pretraining_data.py: text -> masked-LM/NSP TFRecords")
+    _say("2/6 bert-create-pretraining-data: text -> masked-LM/NSP TFRecords")
     data_dir = os.path.join(output_dir, "tfrecords")
     os.makedirs(data_dir, exist_ok=True)
     shards = ",".join(os.path.join(data_dir, f"train-{i}-of-2.tfrecord") for i in range(2))
-    _run(_script("create_pretraining_data.py") + [
+    _run(_command("create_pretraining_data") + [
         f"--input_file={input_file}", f"--output_file={shards}", f"--vocab_file={vocab_file}",
         lower, f"--max_seq_length={max_seq_length}",
         f"--max_predictions_per_seq={max_predictions_per_seq}", f"--dupe_factor={dupe_factor}",
         f"--random_seed={seed}"])
 
-    # run_pretraining.py picks the same version: the next one above all four models'.
+    # bert-run-pretraining picks the same version: the next one above all four models'.
     names = [MODEL_NAME + s for s in ("", "_embeddings", "_preprocessor", "_encoder")]
     version = _next_version(export_base, names)
     fill_mask_dir, _, pre_dir, enc_dir = (posixpath.join(export_base, n, str(version))
                                           for n in names)
 
-    _say("3/6 run_pretraining.py: masked-LM + NSP pre-training (exports text-in SavedModels "
+    _say("3/6 bert-run-pretraining: masked-LM + NSP pre-training (exports text-in SavedModels "
          "at the end)")
     train_dir = os.path.join(output_dir, "pretraining")
     if os.path.isdir(train_dir):  # a fresh run each time, not a resume of the last demo
         import shutil
         shutil.rmtree(train_dir)
-    train_log = _run(_script("run_pretraining.py") + [
+    train_log = _run(_command("run_pretraining") + [
         f"--bert_config_file={config_file}", f"--input_file={data_dir}/train-*.tfrecord",
         f"--output_dir={train_dir}", "--do_train", "--do_eval",
         f"--max_seq_length={max_seq_length}",
@@ -215,14 +230,14 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
         log_path=os.path.join(output_dir, "pretraining.log"))
     losses = parse_losses(train_log)
 
-    _say("4/6 the exports run_pretraining.py wrote (TF Serving layout, warm-up requests)")
+    _say("4/6 the exports bert-run-pretraining wrote (TF Serving layout, warm-up requests)")
     for path in (posixpath.join(export_base, n, str(version)) for n in names):
         if not os.path.exists(os.path.join(path, "saved_model.pb")):
-            raise BertError(f"{path}: run_pretraining.py did not export it")
+            raise BertError(f"{path}: bert-run-pretraining did not export it")
         print(f"  {path}")
 
     _say("5/6 a fresh process loads the exports with plain Keras (no bert_tf import)")
-    predict_out = _run([sys.executable, os.path.join(REPO, "bert_tf", "demo_predict.py"),
+    predict_out = _run([sys.executable, PREDICT_SCRIPT,
                         f"--fill_mask_dir={fill_mask_dir}", f"--preprocessor_dir={pre_dir}",
                         f"--encoder_dir={enc_dir}", "--fill_mask_text=" + "|".join(DEMO_SENTENCES),
                         "--embed_text=" + "|".join(EMBED_SENTENCES), "--json"])
@@ -257,8 +272,7 @@ curl -s -X POST http://localhost:8501/v1/models/{model_name}:predict \\
   -d '{body}'"""
 
 
-def main(argv):
-    """Runs the demo with the command-line flags."""
+def _main(argv):
     del argv
     try:
         run_demo(FLAGS.output_dir, FLAGS.export_base, FLAGS.input_file, FLAGS.vocab_file,
@@ -270,6 +284,12 @@ def main(argv):
         sys.exit(f"error: {e}")
 
 
-if __name__ == "__main__":
+def main():
+    """The `bert-demo` command (flags from sys.argv)."""
     _define_flags()
-    app.run(main)
+    commands.show_in_help(__name__)
+    commands.exit_zero_on_help(lambda: app.run(_main))
+
+
+if __name__ == "__main__":
+    main()

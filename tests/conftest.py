@@ -105,7 +105,7 @@ def tiny_config():
     return tiny_bert_config()
 
 
-# ---- run_pretraining.py in a child process ------------------------------------------------
+# ---- bert-run-pretraining (run_pretraining.py) in a child process --------------------------
 
 _RUN_PRETRAINING_DRIVER = (
     "import sys, json\n"
@@ -113,13 +113,14 @@ _RUN_PRETRAINING_DRIVER = (
     "if sys.argv[3] == 'split':\n"
     "    from bert_tf.training.distribute import split_cpu\n"
     "    split_cpu(2)\n"
-    "import run_pretraining as rp\n"
+    "from bert_tf.commands import run_pretraining as rp\n"
+    "rp.define_flags()\n"
     "out = {}\n"
     "for name, argv in json.loads(sys.argv[2]).items():\n"
     "    rp.FLAGS.unparse_flags()\n"
     "    rp.FLAGS(['run_pretraining.py'] + argv)\n"
     "    try:\n"
-    "        rp.main([])\n"
+    "        rp.app_main([])\n"
     "        out[name] = 'no error'\n"
     "    except SystemExit as e:\n"
     "        out[name] = e.code\n"
@@ -127,7 +128,7 @@ _RUN_PRETRAINING_DRIVER = (
 
 
 def run_pretraining_cases(cases, cwd, split_cpus=False):
-    """Runs run_pretraining.py's main once per {name: argv} in ONE child process (TF starts
+    """Runs bert-run-pretraining's main once per {name: argv} in ONE child process (TF starts
     once); returns ({name: "no error" or the SystemExit code, e.g. "error: ..."}, stdout)."""
     import json
     import os

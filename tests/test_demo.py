@@ -1,9 +1,10 @@
 """The demo pipeline end to end (what `make demo` runs), with fewer steps."""
 import os
+import sys
 
 import pytest
 
-from bert_tf import demo
+from bert_tf import demo, resources
 from bert_tf.tokenization import vocab_tokens
 
 
@@ -20,6 +21,24 @@ def test_serving_instructions_name_the_model_and_a_rest_body():
     assert "--model_base_path=/srv/export/bert_demo" in text
     assert "http://localhost:8501/v1/models/bert_demo:predict" in text
     assert '{"instances": ["the keeper trimmed the [MASK] at dusk ."]}' in text
+
+
+def test_steps_are_printed_as_console_commands_relative_to_the_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [sys.executable, "-m", "bert_tf.commands.run_pretraining", f"--output_dir={tmp_path}/o",
+            f"--input_file={tmp_path}/d/train-*.tfrecord", "--do_train", "/elsewhere/x"]
+    assert demo._shown_argv(argv) == ["bert-run-pretraining", "--output_dir=o",
+                                      "'--input_file=d/train-*.tfrecord'", "--do_train",
+                                      "/elsewhere/x"]
+    assert demo._shown_argv([sys.executable, "-m", "bert_tf.tokenization.vocab_builder"]) == [
+        "python", "-m", "bert_tf.tokenization.vocab_builder"]
+
+
+def test_defaults_are_the_packaged_corpus_and_config():
+    assert demo.SAMPLE_CORPUS == resources.sample_corpus()
+    assert demo.TINY_CONFIG == resources.config_file("bert_tiny.json")
+    assert open(demo.SAMPLE_CORPUS, encoding="utf-8").read().count("\n\n") == 10  # 11 documents
+    assert os.path.exists(demo.PREDICT_SCRIPT)
 
 
 def test_failed_step_is_one_line_error(tmp_path):

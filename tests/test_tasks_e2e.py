@@ -202,7 +202,7 @@ def test_script_flag_defaults_match_library(script, config):
     check = textwrap.dedent(f"""
         import dataclasses, importlib, json, sys
         sys.argv = [{script!r}]
-        importlib.import_module({script[:-3]!r})
+        importlib.import_module('bert_tf.commands.' + {script[:-3]!r}).define_flags()
         from absl import flags
         cls = getattr(importlib.import_module({module!r}), {cls!r})
         fields = [f for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING]

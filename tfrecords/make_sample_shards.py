@@ -1,4 +1,4 @@
-"""Regenerate the sample pre-training shards from tfrecords/sample_corpus.txt.
+"""Regenerate the sample pre-training shards from the sample corpus (bert_tf.resources).
 
   .venv/bin/python tfrecords/make_sample_shards.py [--vocab_file=VOCAB] [--out_dir=DIR]
 
@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import bert_tf  # noqa: E402,F401
-from bert_tf import BertError  # noqa: E402
+from bert_tf import BertError, resources  # noqa: E402
 from bert_tf.pretraining_data.runner import Options, run  # noqa: E402
 
 
@@ -27,7 +27,7 @@ def main():
     parser.add_argument("--learn_vocab_size", type=int, default=1000)
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
-    corpus = os.path.join(HERE, "sample_corpus.txt")
+    corpus = resources.sample_corpus()
     vocab = args.vocab_file or os.path.join(args.out_dir, "vocab.txt")
     common = dict(input_file=corpus, vocab_file=vocab, learn_vocab_size=args.learn_vocab_size,
                   max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5, random_seed=12345)

@@ -1,0 +1,216 @@
+"""The wheel `pip wheel .` builds: its contents, and the pipeline through its console commands.
+
+The wheel goes into a fresh venv that sees this project's .venv site-packages (TensorFlow
+etc., so nothing is downloaded) but not its editable bert_tf: every command below runs the
+installed copy, from a directory outside the checkout.
+"""
+import email.parser
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+from bert_tf import commands
+from bert_tf.tokenization import BasicTokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODULES = ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad",
+           "run_ner", "extract_features", "export_savedmodel", "convert")
+CONFIGS = ("bert_base", "bert_large", "bert_medium", "bert_mini", "bert_small", "bert_tiny",
+           "tiny_test")
+SEQ, PREDS = 32, 5
+
+
+def _check(proc, what):
+    assert proc.returncode == 0, f"{what} failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """Builds the wheel from a copy of the sources (no build/ or egg-info in the checkout)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    src.mkdir()
+    shutil.copy(os.path.join(ROOT, "setup.py"), src)
+    shutil.copytree(os.path.join(ROOT, "bert_tf"), src / "bert_tf",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # Offline: the build uses this venv's setuptools instead of downloading one.
+    _check(subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                           "--no-build-isolation", "--no-index", "-w", str(tmp / "dist"),
+                           str(src)], capture_output=True, text=True, timeout=300), "pip wheel")
+    (path,) = (tmp / "dist").glob("bert_tf-*.whl")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory):
+    """A fresh venv with the wheel installed; returns (bin dir, env for its commands)."""
+    tmp = tmp_path_factory.mktemp("venv")
+    env_dir = tmp / "venv"
+    _check(subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)],
+                          capture_output=True, text=True, timeout=120), "venv")
+    python = str(env_dir / "bin" / "python")
+    _check(subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
+                           "--no-deps", "--no-index", wheel], capture_output=True, text=True,
+                          timeout=300), "pip install")
+    fresh_site = subprocess.run([python, "-c", "import sysconfig; "
+                                 "print(sysconfig.get_paths()['purelib'])"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    # A plain path line: that directory's own .pth files (the editable bert_tf's finder)
+    # are not run, so `import bert_tf` finds only the wheel's copy.
+    with open(os.path.join(fresh_site, "zz_project_deps.pth"), "w") as f:
+        f.write(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(CUDA_VISIBLE_DEVICES="", PATH=f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}")
+    return str(env_dir / "bin"), env, fresh_site
+
+
+def _run(venv, cwd, *argv, timeout=300):
+    bin_dir, env, _ = venv
+    exe = os.path.join(bin_dir, argv[0])
+    return subprocess.run([exe, *argv[1:]], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _count_records(path):
+    """Records in a TFRecord file, from its framing (length, crc, data, crc)."""
+    n, data, pos = 0, open(path, "rb").read(), 0
+    while pos < len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        pos += 12 + length + 4
+        n += 1
+    assert pos == len(data)
+    return n
+
+
+def test_checkout_paths_are_the_packaged_files():
+    """configs/ and tfrecords/sample_corpus.txt of the checkout are the package's files."""
+    from bert_tf import BertError, resources
+    assert resources.config_names() == sorted(CONFIGS)
+    for name in CONFIGS:
+        assert os.path.samefile(os.path.join(ROOT, "configs", name + ".json"),
+                                resources.config_file(name))
+    assert os.path.samefile(os.path.join(ROOT, "tfrecords", "sample_corpus.txt"),
+                            resources.sample_corpus())
+    with pytest.raises(BertError, match="^bert_huge: no such shipped config; one of bert_base, "):
+        resources.config_file("bert_huge")
+
+
+def test_wheel_holds_commands_configs_and_corpus(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        scripts = z.read(entry_points).decode().split("[console_scripts]")[1]
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = z.read(metadata).decode()
+    for name in CONFIGS:
+        assert f"bert_tf/resources/configs/{name}.json" in names
+    assert "bert_tf/resources/sample_corpus.txt" in names
+    assert {f"bert_tf/commands/{m}.py" for m in MODULES} <= names
+    assert "bert_tf/demo_predict.py" in names
+    got = dict(line.split(" = ") for line in scripts.strip().splitlines())
+    assert got == {name: f"{module}:main" for name, module in commands.COMMANDS.items()}
+    assert len(got) == 9
+    meta = email.parser.Parser().parsestr(meta)
+    assert SpecifierSet(meta["Requires-Python"]) == SpecifierSet(">=3.10,<3.14")
+    requires = {r.name: r.specifier for r in map(Requirement, meta.get_all("Requires-Dist"))
+                if not r.marker}
+    assert requires["tensorflow"] == SpecifierSet(">=2.20,<2.21")
+    assert requires["tensorflow-text"] == SpecifierSet(">=2.20,<2.21")
+    assert requires["tensorflow-serving-api"] == SpecifierSet(">=2.20,<2.21")
+    assert not [n for n, spec in requires.items() if "==" in str(spec)]  # pins: constraints.txt
+
+
+def test_pipeline_through_the_installed_commands(venv, tmp_path):
+    bin_dir, env, fresh_site = venv
+    work = tmp_path / "work"  # outside the checkout
+    work.mkdir()
+    where = _check(_run(venv, work, "python", "-c", textwrap.dedent("""
+        import json, bert_tf, bert_tf.commands
+        from bert_tf import resources
+        print(json.dumps([bert_tf.__file__, resources.sample_corpus(),
+                          resources.config_file("tiny_test")]))
+    """)), "import").stdout
+    pkg, corpus, config = json.loads(where.strip().splitlines()[-1])
+    for path in (pkg, corpus, config):
+        assert path.startswith(fresh_site + os.sep), path  # the wheel's copy, not the checkout
+
+    # ~10 lines: the start of the shipped corpus's first two documents.
+    docs = open(corpus, encoding="utf-8").read().split("\n\n")
+    (work / "corpus.txt").write_text("\n".join(docs[0].splitlines()[:5]) + "\n\n"
+                                     + "\n".join(docs[1].splitlines()[:5]) + "\n")
+    # Every word is a token (the vocab builder would import TF: 10 s more on 2 busy cores).
+    words = {w for line in (work / "corpus.txt").read_text().splitlines()
+             for w in BasicTokenizer(do_lower_case=True).tokenize(line)}
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)
+    (work / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    vocab_size = len(vocab)
+
+    proc = _check(_run(venv, work, "bert-create-pretraining-data", "--input_file=corpus.txt",
+                       "--output_file=train.tfrecord", "--vocab_file=vocab.txt",
+                       f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDS}",
+                       "--dupe_factor=3", "--random_seed=7"), "bert-create-pretraining-data")
+    records = _count_records(work / "train.tfrecord")
+    assert records >= 6
+    assert re.search(rf"wrote {records} instances .* from 2 documents to 1 file", proc.stderr)
+
+    cfg = json.load(open(config))
+    cfg["vocab_size"] = vocab_size
+    (work / "bert_config.json").write_text(json.dumps(cfg))
+    proc = _check(_run(venv, work, "bert-run-pretraining", "--bert_config_file=bert_config.json",
+                       "--input_file=train.tfrecord", "--output_dir=out", "--do_train",
+                       f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDS}",
+                       "--train_batch_size=4", "--num_train_steps=4", "--num_warmup_steps=1",
+                       "--iterations_per_loop=2", "--save_checkpoints_steps=4",
+                       "--vocab_file=vocab.txt", "--export_dir=export", "--model_name=tiny",
+                       "--noprogress"), "bert-run-pretraining")
+    losses = [float(x) for x in re.findall(r"step \d+/4 loss=([0-9.]+)", proc.stderr)]
+    assert len(losses) == 2 and all(0 < x < 20 for x in losses), proc.stderr[-2000:]
+    for name in ("tiny", "tiny_embeddings", "tiny_preprocessor", "tiny_encoder"):
+        assert os.listdir(work / "export" / name) == ["1"]
+        assert (work / "export" / name / "1" / "saved_model.pb").exists()
+        assert (work / "export" / name / "1" / "assets.extra" / "tf_serving_warmup_requests"
+                ).stat().st_size > 0
+
+    # A fresh process (plain Keras, no bert_tf import) runs the text-in exports.
+    load = textwrap.dedent("""
+        import json, sys, keras, tensorflow as tf, tensorflow_text
+        texts = tf.constant(["the lighthouse [MASK] built .", "oxen dragged each block ."])
+        fill = keras.layers.TFSMLayer("export/tiny/1", call_endpoint="serving_default")(texts)
+        pre = keras.layers.TFSMLayer("export/tiny_preprocessor/1", call_endpoint="__call__")
+        enc = keras.layers.TFSMLayer("export/tiny_encoder/1", call_endpoint="__call__")
+        out = enc(pre(texts))
+        print(json.dumps({"bert_tf": "bert_tf" in sys.modules,
+                          "mask_count": fill["mask_count"].numpy().tolist(),
+                          "top_k": list(fill["top_k_tokens"].shape),
+                          "pooled": list(out["pooled_output"].shape),
+                          "sequence": list(out["sequence_output"].shape)}))
+    """)
+    got = json.loads(_check(_run(venv, work, "python", "-c", load), "load").stdout.splitlines()[-1])
+    hidden = cfg["hidden_size"]
+    assert got["bert_tf"] is False
+    assert got["mask_count"] == [1, 0] and got["top_k"][0] == 2 and got["top_k"][-1] == 5
+    assert got["pooled"] == [2, hidden] and got["sequence"] == [2, SEQ, hidden]
+
+
+def test_commands_help_from_the_installed_wheel(venv, tmp_path):
+    for command, flag in (("bert-demo", "--train_steps"), ("bert-convert", "--source"),
+                          ("bert-create-pretraining-data", "--masked_lm_prob"),
+                          ("bert-export-savedmodel", "--export_base")):
+        proc = _check(_run(venv, tmp_path, command, "--help"), command)
+        assert flag in proc.stdout, (command, proc.stdout[:2000])
+    proc = _run(venv, tmp_path, "bert-run-ner", "--bogus_flag=1")
+    assert (proc.returncode, proc.stderr.strip()) == (1, "error: Unknown command line flag "
+                                                         "'bogus_flag'")
+    assert os.listdir(tmp_path) == []  # --help wrote nothing
