@@ -23,6 +23,8 @@ rest, the same way for every task (Model Garden's task/trainer split, kept small
 * Multi-worker: only the chief writes checkpoints, summaries, results and exports; the others
   save to a deleted temporary directory (saving may need every worker). A lost worker ends the
   job with one error line.
+* SIGTERM/SIGINT while training: the step in flight ends the loop (on every worker), its
+  checkpoint is saved and the process exits with 75 (bert_tf.training.preemption).
 """
 import logging
 import math
@@ -35,7 +37,7 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
-from bert_tf.training import checkpointing, distribute, summaries
+from bert_tf.training import checkpointing, distribute, preemption, summaries
 from bert_tf.training.optimization import create_optimizer
 from bert_tf.training.task import INPUT_NAMES, Task  # noqa: F401  (API)
 
@@ -87,6 +89,7 @@ class Trainer:
         self.checkpoints = checkpointing.Checkpoints(options, task.checkpoint_name, self.strategy,
                                                      self.model, self.global_step, self.data_seed)
         self._train_loop_fn = self._eval_step_fn = None
+        self._stop = preemption.StopFlag()
         self._grad_fn = self._forward_backward
         self._step_fn = self._replica_step
         if o.jit_compile and (n == 1 or distribute.is_tpu(self.strategy)):
@@ -212,32 +215,40 @@ class Trainer:
 
         Args:
             iterator: over `distribute(dataset_fn, training=True)`.
-            steps: number of steps (one traced loop serves every count).
+            steps: number of steps (one traced loop serves every count; fewer on preemption).
         """
+        return self._loop(iterator, steps)[0]
+
+    def _loop(self, iterator, steps):
+        # -> (totals, stopped): stopped = a preemption signal ended the loop (on every worker).
         if self._train_loop_fn is None:
-            strategy, keys = self.strategy, self.task.stat_keys
+            strategy, keys, stop = self.strategy, self.task.stat_keys, self._stop
 
             @tf.function(autograph=False)  # explicit while_loops; converting Keras code is slow
             def loop(iterator, steps):
-                def body(i, totals):
+                def body(i, totals, _):
                     stats = strategy.run(self.replica_step, args=(next(iterator),))
-                    self.global_step.assign_add(1)
+                    with tf.control_dependencies([self.global_step.assign_add(1)]):
+                        stopped = stop.requested(strategy)  # polled after each step
                     return i + 1, {key: totals[key] + strategy.reduce(
-                        tf.distribute.ReduceOp.SUM, stats[key], axis=None) for key in keys}
+                        tf.distribute.ReduceOp.SUM, stats[key], axis=None) for key in keys}, stopped
 
                 totals = {key: tf.zeros((), tf.float32) for key in keys}
                 # Steps are sequential anyway (each reads the last one's weights); letting the
                 # executor start later iterations early only contends for the cores.
-                _, totals = tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0), totals),
-                                          parallel_iterations=1)
-                return totals
+                _, totals, stopped = tf.while_loop(
+                    lambda i, _, stopped: tf.logical_and(i < steps, tf.logical_not(stopped)),
+                    body, (tf.constant(0), totals, stop.requested(strategy)),
+                    parallel_iterations=1)
+                return totals, stopped
 
             self._train_loop_fn = loop
         return self._train_loop_fn(iterator, tf.convert_to_tensor(steps, tf.int32))
 
     def _run_loop(self, iterator, steps):
         try:
-            return {k: float(v) for k, v in self.train_loop(iterator, steps).items()}
+            totals, stopped = self._loop(iterator, steps)
+            return {k: float(v) for k, v in totals.items()}, bool(stopped)
         except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                 tf.errors.CancelledError, tf.errors.AbortedError) as e:
             if getattr(self.strategy.extended, "_num_workers", 1) <= 1:
@@ -276,34 +287,44 @@ class Trainer:
         history = []
         bar = tqdm(total=self.num_train_steps, initial=step, desc="train", unit="step",
                    disable=not o.progress, dynamic_ncols=True)
-        try:
-            while step < target:
-                n = min(o.iterations_per_loop, target - step,
-                        o.save_checkpoints_steps - step % o.save_checkpoints_steps)
-                start = time.perf_counter()
-                totals = self._run_loop(iterator, n)
-                elapsed = time.perf_counter() - start
-                step = self.step
-                m = self.task.summarize(totals, n)
-                if not math.isfinite(m["loss"]):
-                    raise BertError(f"training diverged at step {step}: loss {m['loss']} "
-                                    "(lower --learning_rate?)")
-                m.update(step=step, learning_rate=self.learning_rate(),
-                         examples_per_second=n * o.train_batch_size / max(elapsed, 1e-9))
-                if self.loss_scaling:
-                    m["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
-                history.append(m)
-                summaries.write_scalars(writer, step, {k: v for k, v in m.items() if k != "step"})
-                log.info("step %d/%d %s lr=%.3g examples/s=%.1f", step, self.num_train_steps,
-                         self.task.log_text(m), m["learning_rate"], m["examples_per_second"])
-                bar.update(n)
-                bar.set_postfix(loss=f"{m['loss']:.4f}")
-                if step % o.save_checkpoints_steps == 0 or step == target:
-                    self.save()
-        finally:
-            bar.close()
-            writer.flush()
+        with preemption.watch(self._stop) as stop:
+            try:
+                while step < target:
+                    n = min(o.iterations_per_loop, target - step,
+                            o.save_checkpoints_steps - step % o.save_checkpoints_steps)
+                    start = time.perf_counter()
+                    totals, stopped = self._run_loop(iterator, n)
+                    elapsed = time.perf_counter() - start
+                    n, step = self.step - step, self.step  # fewer than asked when stopped
+                    if n:
+                        history.append(self._loop_metrics(totals, n, elapsed, writer, bar))
+                    if stopped or step % o.save_checkpoints_steps == 0 or step == target:
+                        self.save()
+                    if stopped:
+                        raise preemption.preempted(step)
+                if stop.signals:  # came after the last step, whose checkpoint is saved
+                    raise preemption.preempted(step)
+            finally:
+                bar.close()
+                writer.flush()
         return history
+
+    def _loop_metrics(self, totals, n, elapsed, writer, bar):
+        # One loop's metrics: checked, logged, summarised and on the progress bar.
+        m, step = self.task.summarize(totals, n), self.step
+        if not math.isfinite(m["loss"]):
+            raise BertError(f"training diverged at step {step}: loss {m['loss']} "
+                            "(lower --learning_rate?)")
+        m.update(step=step, learning_rate=self.learning_rate(),
+                 examples_per_second=n * self.options.train_batch_size / max(elapsed, 1e-9))
+        if self.loss_scaling:
+            m["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
+        summaries.write_scalars(writer, step, {k: v for k, v in m.items() if k != "step"})
+        log.info("step %d/%d %s lr=%.3g examples/s=%.1f", step, self.num_train_steps,
+                 self.task.log_text(m), m["learning_rate"], m["examples_per_second"])
+        bar.update(n)
+        bar.set_postfix(loss=f"{m['loss']:.4f}")
+        return m
 
     def evaluate(self, dataset_fn, max_steps, empty_error="no examples to evaluate"):
         """Mean metrics over up to `max_steps` eval batches; the chief writes
