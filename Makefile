@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all venv clean peers test-peers wheel test-py313
+.PHONY: demo test test-all venv clean peers test-peers wheel test-py313 test-py310
 
 $(STAMP): setup.py constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -70,5 +70,9 @@ test-py313:
 	  assert '/site-packages/' in bert_tf.__file__, bert_tf.__file__; print('testing', bert_tf.__file__, sys.version.split()[0])" \
 	  && $(abspath $(VENV313))/bin/python -m pytest -q $(abspath $(PY313_TESTS))
 
+# The same on the oldest Python that setup.py allows.
+test-py310:
+	$(MAKE) test-py313 PY313=/root/.pyenv/versions/3.10.13/bin/python VENV313=.venv-py310
+
 clean:
-	rm -rf demo_out build dist *.egg-info $(VENV313)
+	rm -rf demo_out build dist *.egg-info $(VENV313) .venv-py310

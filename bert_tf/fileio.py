@@ -139,6 +139,21 @@ def is_local(path):
     return not _REMOTE.match(path)
 
 
+def _local_glob(pattern):
+    # A pattern whose directory has no wildcard: fnmatch on that directory's names, so that
+    # hidden files match as in tf.io.gfile.glob (glob's include_hidden needs Python 3.11).
+    import fnmatch
+    import glob
+    directory, name = os.path.split(pattern)
+    if not glob.has_magic(name):
+        return [pattern] if os.path.lexists(pattern) else []
+    try:
+        names = os.listdir(directory or os.curdir)
+    except OSError:
+        return []
+    return [os.path.join(directory, n) for n in fnmatch.filter(names, name)]
+
+
 def expand_globs(patterns, flag="--input_file"):
     """Comma-separated globs (or a list of them) -> files: each glob's matches in
     `tf.io.gfile.glob` order (as the original scripts), globs in the given order; folders
@@ -162,7 +177,7 @@ def expand_globs(patterns, flag="--input_file"):
     files = []
     for pattern in patterns:
         if is_local(pattern) and not glob.has_magic(os.path.dirname(pattern)):
-            matched = [m for m in glob.glob(pattern, include_hidden=True) if not os.path.isdir(m)]
+            matched = [m for m in _local_glob(pattern) if not os.path.isdir(m)]
         else:
             import tensorflow as tf
             try:
