@@ -4,6 +4,7 @@ All through tf.io.gfile, so gs:// paths work (a Cloud TPU reads only GCS). Text 
 bad byte is reported with its file and line. Writes go to `<path>.tmp-<pid>` and are renamed into
 place, so no half-written file ever carries the final name.
 """
+import contextlib
 import os
 import re
 
@@ -13,6 +14,39 @@ from bert_tf import BertError
 def tmp_name(path):
     """The temp name a write to `path` goes through; the pid keeps concurrent writers apart."""
     return f"{path}.tmp-{os.getpid()}"
+
+
+@contextlib.contextmanager
+def atomic_dir(final_dir, create=True):
+    """Yields a new temp sibling of `final_dir` to fill; once the block ends without an error
+    it is renamed to `final_dir` (an existing one is swapped out, then deleted), otherwise
+    removed: a reader never sees a half-written directory under the final name.
+
+    Args:
+        final_dir: the directory to publish (local or gs://...); its parent is created.
+        create: create the temp directory (False: the block's writer creates it itself).
+    """
+    import uuid
+    import tensorflow as tf
+    parent = os.path.dirname(final_dir)
+    if parent:
+        tf.io.gfile.makedirs(parent)
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = f"{final_dir}.tmp-{tag}"
+    try:
+        if create:
+            tf.io.gfile.makedirs(tmp)
+        yield tmp
+        if tf.io.gfile.exists(final_dir):
+            old = f"{final_dir}.old-{tag}"
+            tf.io.gfile.rename(final_dir, old)
+            tf.io.gfile.rename(tmp, final_dir)
+            tf.io.gfile.rmtree(old)
+        else:
+            tf.io.gfile.rename(tmp, final_dir)
+    finally:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.rmtree(tmp)
 
 
 def read_text(path, missing="file not found"):

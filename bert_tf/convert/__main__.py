@@ -17,10 +17,7 @@ where both formats hold them) needs the source's MLM and NSP heads. Model Garden
 keras-hub in or out need the peers (`make peers`).
 The output directory is written under a temporary name and renamed, never half-written.
 """
-import os
-import posixpath
 import sys
-import uuid
 
 from absl import app, flags
 
@@ -75,22 +72,9 @@ def convert(from_format, source, to_format, output, bert_config_file=None, vocab
         casing = (bool(do_lower_case), bool(do_lower_case))
     else:
         casing = src.casing or (True, True)
-    parent = posixpath.dirname(output)
-    if parent:
-        tf.io.gfile.makedirs(parent)
-    tmp = f"{output}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
+    from bert_tf import fileio
+    with fileio.atomic_dir(output, create=False) as tmp:  # each writer makes its directory
         cli_formats.write(to_format, src, tmp, casing)
-        if tf.io.gfile.exists(output):  # --overwrite: swap, then delete the old one
-            old = f"{output}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            tf.io.gfile.rename(output, old)
-            tf.io.gfile.rename(tmp, output)
-            tf.io.gfile.rmtree(old)
-        else:
-            tf.io.gfile.rename(tmp, output)
-    finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.rmtree(tmp)
     return output
 
 

@@ -12,7 +12,6 @@ import logging
 import os
 import posixpath
 import re
-import uuid
 
 import keras
 import numpy as np
@@ -281,23 +280,8 @@ def save_hf_directory(model, out_dir, vocab_file, do_lower_case=True, labels=Non
             {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
              "cls_token": "[CLS]", "mask_token": "[MASK]"}, indent=2) + "\n",
     }
-    parent = posixpath.dirname(out_dir)
-    if parent:
-        tf.io.gfile.makedirs(parent)
-    tmp = f"{out_dir}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        tf.io.gfile.makedirs(tmp)
+    with fileio.atomic_dir(out_dir) as tmp:
         for name, data in files.items():
             with tf.io.gfile.GFile(posixpath.join(tmp, name), "wb") as f:
                 f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
-        if tf.io.gfile.exists(out_dir):
-            old = f"{out_dir}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            tf.io.gfile.rename(out_dir, old)
-            tf.io.gfile.rename(tmp, out_dir)
-            tf.io.gfile.rmtree(old)
-        else:
-            tf.io.gfile.rename(tmp, out_dir)
-    finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.rmtree(tmp)
     return out_dir
