@@ -11,8 +11,11 @@ a TF Hub or bert_tf SavedModel, or one of our training output directories
                  beside it, casing as the original release named its models (`uncased_...`
                  lower-cases, `cased_...`/`multi_cased_...` not, others: the original's
                  default, True)
-  Hugging Face   `config.json`, `vocab.txt`, `tokenizer_config.json` (`do_lower_case`)
+  Hugging Face   `config.json`, `vocab.txt`, `tokenizer_config.json` (`do_lower_case`,
+                 `strip_accents`)
   keras-hub      the preset's config, `assets/tokenizer/vocabulary.txt`, `tokenizer.json`
+                 (`lowercase`, `strip_accents`: keras-hub's `BertTokenizer(lowercase=True)`
+                 lower-cases and keeps accents, and so does the text model built from it)
   SavedModels    the weights' shapes (TF Hub) or the export's metadata, its vocab asset and
                  `do_lower_case`
 
@@ -56,9 +59,9 @@ class PretrainedSource:
         detected: the `bert_tf.convert.detect.Detected` (format, weights path, directory).
         bert_config: the model's BertConfig.
         vocab_file: its vocab.txt, or None when the source has none.
-        do_lower_case: the tokenizer's casing (lower-case and strip accents).
-        strip_accents: differs from do_lower_case only for tokenizers the original has no
-            flag for (some keras-hub / HF ones); text input then needs do_lower_case=...
+        do_lower_case: the tokenizer's lower-casing.
+        strip_accents: its accent stripping; differs from do_lower_case only for tokenizers
+            the original has no flag for (some keras-hub / HF ones).
         weights: TF1-named arrays for the formats read that way, else None (loaded by
             `checkpoints.load_detected`).
     """
@@ -163,11 +166,7 @@ def read_pretrained(path, bert_config_file=None, vocab_file=None, do_lower_case=
     elif det.format == "hf":
         from bert_tf.convert import hf
         cfg = hf.bert_config_from_hf(d)
-        if _file(d, "tokenizer_config.json"):
-            config = fileio.read_json(_file(d, "tokenizer_config.json"))
-            lower = bool(config.get("do_lower_case", True))
-            strip = config.get("strip_accents")  # null: follows do_lower_case, as the original
-            casing = (lower, lower if strip is None else bool(strip))
+        casing = hf.hf_casing(d)
     elif det.format == "bert_tf" and bert_config_file is None:
         found = _export_metadata(d)
         if found is None:
@@ -355,16 +354,12 @@ def text_model(model, source, seq_length=128):
     where = source.detected.path
     if source.vocab_file is None:
         raise BertError(f"{where}: no vocab found with the checkpoint: pass vocab_file=...")
-    if source.do_lower_case != source.strip_accents:
-        raise BertError(f"{where}: its tokenizer has lower-casing={source.do_lower_case} but "
-                        f"accent stripping={source.strip_accents}; the in-graph tokenizer does "
-                        f"both or neither: pass do_lower_case=...")
     cfg = source.bert_config
     if not 3 <= int(seq_length) <= cfg.max_position_embeddings:
         raise BertError(f"seq_length={seq_length}: must be in [3, max_position_embeddings="
                         f"{cfg.max_position_embeddings}]")
     pre = BertPreprocessingLayer(source.vocab_file, source.do_lower_case, int(seq_length),
-                                 name="preprocessor")
+                                 strip_accents=source.strip_accents, name="preprocessor")
     if len(pre.vocabulary) > cfg.vocab_size:
         raise BertError(f"{source.vocab_file}: {len(pre.vocabulary)} tokens but the model's "
                         f"vocab_size is {cfg.vocab_size} (wrong vocab for this checkpoint?)")

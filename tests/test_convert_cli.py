@@ -199,6 +199,17 @@ def test_casing_travels_from_the_source(sources, tmp_path, capsys):
     assert tok(True, False) == ["café", ",", "naïve"]
     assert tok(True) == ["cafe", ",", "naive"]
     assert tok(False, True) == ["[UNK]", ",", "[UNK]"]  # Cafe, NAIVE
+    # --to=savedmodel: the preprocessor tokenizes with the source's casing, and records it.
+    import tensorflow_text  # noqa: F401  (its ops)
+    sm_vocab = tmp_path / "sm_vocab.txt"  # as many tokens as the model's embeddings
+    sm_vocab.write_text(vocab.read_text() + "".join(f"w{i}\n" for i in range(len(VOCAB) - 10)))
+    out = convert("hf", src, "savedmodel", str(tmp_path / "sm"), vocab_file=str(sm_vocab))
+    assert sorted(os.listdir(out)) == ["encoder", "preprocessor"]
+    got = tf.saved_model.load(os.path.join(out, "preprocessor"))(tf.constant(["Café, NAÏVE"]))
+    assert got["input_word_ids"].numpy()[0, :6].tolist() == [2, 5, 9, 7, 3, 0]
+    meta = json.loads(open(os.path.join(out, "preprocessor", "assets.extra",
+                                        "bert_tf_export.json")).read())
+    assert (meta["do_lower_case"], meta["strip_accents"]) == (True, False)
 
 
 def test_entry_point_main_errors_in_one_line(source, tmp_path):
@@ -366,10 +377,6 @@ def test_peer_pairs_keep_the_outputs(source, ref, sources, peer_sources, tmp_pat
     if to_format == "keras_hub":
         from bert_tf.convert import keras_hub as khc
         assert khc.keras_hub_casing(out) == casing
-    if to_format == "savedmodel":
-        with_pre = casing[0] == casing[1]
-        assert sorted(os.listdir(out)) == ["encoder"] + (["preprocessor"] if with_pre else [])
-        if with_pre:
-            check_preprocessor(out, str(d / "vocab.txt"), casing[0])
-        else:
-            assert "wrote the encoder only, no preprocessor" in capsys.readouterr().err
+    if to_format == "savedmodel":  # the preprocessor tokenizes with the source's casing
+        assert sorted(os.listdir(out)) == ["encoder", "preprocessor"]
+        check_preprocessor(out, str(d / "vocab.txt"), casing[0], strip_accents=casing[1])

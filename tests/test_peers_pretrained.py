@@ -24,7 +24,6 @@ try:
 except ImportError as e:  # conftest fails every test of this module (never skips)
     PEER_ERROR = e
 
-from bert_tf import BertError
 from bert_tf.convert import checkpoints, keras_hub as khc, model_garden as mgc, tfhub
 from bert_tf.modeling import models as bm
 from bert_tf.modeling.encoder import BertEncoder
@@ -184,10 +183,50 @@ def test_keras_hub_preset_saved_by_keras_hub(tmp_path):
     enc = BertEncoder.from_bert_config(ref.bert_config)
     checkpoints.load_checkpoint(enc, preset)
     assert_same(enc(x, training=False), want)
-    # keras-hub's default uncased tokenizer keeps accents: no text input without a choice.
+    # keras-hub's default uncased tokenizer keeps accents, and so does the text model
+    # (café is no vocab word); do_lower_case given wins.
     keras_hub.models.BertTokenizer(vocabulary=VOCAB, lowercase=True).save_to_preset(preset)
-    with pytest.raises(BertError, match="pass do_lower_case=") as e:
-        bert_tf.from_pretrained(preset, text_input=True, seq_length=10)
-    assert "\n" not in str(e.value)
+    kept = bert_tf.from_pretrained(preset, text_input=True, seq_length=10)
+    ids = kept.preprocessor(tf.constant(["Café PARIS"]))["input_word_ids"].numpy()
+    assert ids.tolist() == [[2, 1, 19, 3] + [0] * 6]
     assert bert_tf.from_pretrained(preset, text_input=True, seq_length=10,
                                    do_lower_case=False).preprocessor.do_lower_case is False
+
+
+ACCENT_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "café", "crème", "brûlée",
+                "ångström", "naïve", "résumé", "cafe", "creme", "##s", ",", ".", "le", "à",
+                "zoë", "kraków", "中", "文", "über", "la", "resume"]
+ACCENT_LINES = ["Café crème brûlée", "Ångström naïve résumé", "Zoë à KRAKÓW, über le café.",
+                "CAFÉS 中文 la Crème", "Resume RÉSUMÉ cafe"]
+
+
+def test_keras_hub_lowercase_tokenizer_keeps_accents_in_text_input(tmp_path):
+    """A preset with keras-hub's `BertTokenizer(lowercase=True)` (strip_accents=False): the
+    text model tokenizes like keras-hub and gives its backbone's outputs."""
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(ACCENT_VOCAB), num_layers=2, num_heads=4, hidden_dim=16,
+        intermediate_dim=24, max_sequence_length=32, num_segments=2)
+    randomize(backbone.weights, 5)
+    preset = str(tmp_path / "preset")
+    backbone.save_to_preset(preset)
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=ACCENT_VOCAB, lowercase=True)
+    tokenizer.save_to_preset(preset)
+    assert khc.keras_hub_casing(preset) == (True, False)
+    model = bert_tf.from_pretrained(preset, text_input=True, seq_length=16)
+    assert (model.preprocessor.do_lower_case, model.preprocessor.strip_accents) == (True, False)
+    theirs = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length=16)(
+        tf.constant(ACCENT_LINES))
+    ours = model.preprocessor(tf.constant(ACCENT_LINES))
+    want_ids = keras.ops.convert_to_numpy(theirs["token_ids"]).tolist()
+    assert ours["input_word_ids"].numpy().tolist() == want_ids
+    assert ours["input_mask"].numpy().tolist() == keras.ops.convert_to_numpy(
+        theirs["padding_mask"]).astype(int).tolist()
+    assert ours["input_type_ids"].numpy().tolist() == keras.ops.convert_to_numpy(
+        theirs["segment_ids"]).tolist()
+    pieces = tokenizer(tf.constant(ACCENT_LINES))  # a list of lists (keras-hub converts)
+    assert pieces == [[5, 6, 7], [8, 9, 10], [18, 17, 19, 14, 22, 16, 5, 15],
+                      [5, 13, 20, 21, 23, 6], [24, 10, 11]]  # accents kept: café, not cafe
+    assert [row[1:1 + len(p)] for row, p in zip(want_ids, pieces)] == pieces
+    want = backbone(theirs)
+    assert_same(model(tf.constant(ACCENT_LINES)), {
+        k: keras.ops.convert_to_numpy(want[k]) for k in ("sequence_output", "pooled_output")})

@@ -1,6 +1,8 @@
 """bert_tf.from_pretrained on every format bert_tf writes itself, text-in models, and the lazy
 Keras registration of `import bert_tf` (peer formats: tests/test_peers_pretrained.py)."""
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -139,6 +141,36 @@ def test_tasks_and_casing(src, tmp_path):
     # A training directory's config and vocab can be passed when it has no export.
     info = read_pretrained(src["train"], vocab_file=src["vocab"], do_lower_case=False)
     assert (info.vocab_file, info.do_lower_case) == (src["vocab"], False)
+
+
+def test_text_input_keeps_accents_when_the_source_does(src, tmp_path):
+    # A HF directory whose tokenizer lower-cases but keeps accents (strip_accents: false).
+    hf_dir = tmp_path / "hf_keep_accents"
+    shutil.copytree(src["hf"], hf_dir)
+    config = json.loads((hf_dir / "tokenizer_config.json").read_text())
+    config.update(do_lower_case=True, strip_accents=False)
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    info = read_pretrained(str(hf_dir))
+    assert (info.do_lower_case, info.strip_accents) == (True, False)
+    enc = from_pretrained(str(hf_dir), text_input=True, seq_length=10)
+    assert (enc.preprocessor.do_lower_case, enc.preprocessor.strip_accents) == (True, False)
+    text = "GOOD fïlm, Fïlm film"
+    tok = tokenization.FullTokenizer(src["vocab"], True, strip_accents=False)
+    want = tok.convert_tokens_to_ids(["[CLS]"] + tok.tokenize(text) + ["[SEP]"])
+    assert want == [2, 5, 1, 24, 1, 12, 3]  # fïlm is no vocab word; stripped it would be film
+    ids = enc.preprocessor(tf.constant([text]))
+    assert ids["input_word_ids"].numpy().tolist() == [want + [0] * 3]
+    x = {k: v.numpy() for k, v in ids.items()}
+    assert_matches(enc(tf.constant([text])), {
+        k: np.asarray(v) for k, v in from_pretrained(str(hf_dir))(x, training=False).items()})
+    # The casing survives a .keras file; do_lower_case given wins (the original's casing).
+    enc.save(str(tmp_path / "enc.keras"))
+    again = keras.saving.load_model(str(tmp_path / "enc.keras"))
+    assert again.preprocessor.strip_accents is False
+    assert again.preprocessor(tf.constant([text]))["input_word_ids"].numpy().tolist() == [
+        want + [0] * 3]
+    info = read_pretrained(str(hf_dir), do_lower_case=True)
+    assert (info.do_lower_case, info.strip_accents) == (True, True)
 
 
 def test_errors_are_one_line(src, tmp_path):

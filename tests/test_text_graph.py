@@ -184,14 +184,14 @@ LONG_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "\u0436\u0436", "##\
               "##\u0436", "word", "##s"]
 
 
-@pytest.mark.parametrize("lower", [True, False])
-def test_words_over_200_bytes_but_not_200_chars(lower, tmp_path):
+@pytest.mark.parametrize("lower,strip", [(True, None), (False, None), (True, False)])
+def test_words_over_200_bytes_but_not_200_chars(lower, strip, tmp_path):
     """The Fast op's limit is in bytes: a word of 101..200 two-byte characters is still
     WordPiece'd (the original counts characters); 201 characters -> [UNK]."""
     path = tmp_path / "v.txt"
     path.write_text("".join(t + "\n" for t in LONG_VOCAB), encoding="utf-8")
-    py = tokenization.FullTokenizer(str(path), do_lower_case=lower)
-    tg = text_graph.BertTextTokenizer(str(path), do_lower_case=lower)
+    py = tokenization.FullTokenizer(str(path), do_lower_case=lower, strip_accents=strip)
+    tg = text_graph.BertTextTokenizer(str(path), do_lower_case=lower, strip_accents=strip)
     fn = traced_tokenize(tg)
     for texts in (["\u0436" * 101], ["\u0436" * 200, "words"], ["words \u0436" * 201, "word"]):
         want = [py_ids_by_word(py, t) for t in texts]
@@ -274,13 +274,14 @@ def test_bad_vocab_raises_bert_error(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lower", [True, False])
-def test_every_code_point_matches_python(lower, tmp_path):
+@pytest.mark.parametrize("lower,strip", [(True, None), (False, None), (True, False),
+                                         (False, True)])
+def test_every_code_point_matches_python(lower, strip, tmp_path):
     """Exhaustive: every code point alone, inside a word and next to capital sigma."""
     path = tmp_path / "v.txt"
     path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n", encoding="utf-8")
-    tg = text_graph.BertTextTokenizer(str(path), do_lower_case=lower)
-    basic = tokenization.BasicTokenizer(do_lower_case=lower)
+    tg = text_graph.BertTextTokenizer(str(path), do_lower_case=lower, strip_accents=strip)
+    basic = tokenization.BasicTokenizer(do_lower_case=lower, strip_accents=strip)
     fn = tf.function(tg.basic_tokenize)
     cps = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
     bad = []
@@ -293,19 +294,19 @@ def test_every_code_point_matches_python(lower, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lower", [True, False])
-def test_fast_path_words_match_python_on_every_fast_code_point(lower):
+@pytest.mark.parametrize("lower,strip", [(True, None), (False, None), (True, False)])
+def test_fast_path_words_match_python_on_every_fast_code_point(lower, strip):
     """The fast path's words (read off FastWordpiece's offsets, every word [UNK]) equal the
     Python BasicTokenizer's for every code point the fast mask admits."""
     from bert_tf.tokenization import fast_path
-    cps = np.flatnonzero(fast_path.fast_mask(lower))
+    cps = np.flatnonzero(fast_path.fast_mask(lower, strip))
     texts = [f"a{chr(c)}b {chr(c)}" for c in cps]
-    normalizer, wordpiece = fast_path._fast_ops(lower, ["[UNK]", "zz"], "[UNK]")
+    normalizer, wordpiece = fast_path._fast_ops(lower, ["[UNK]", "zz"], "[UNK]", strip)
     normed = normalizer.normalize(tf.constant(texts))
     _, starts, ends = wordpiece.tokenize_with_offsets(normed)
     normed, splits = normed.numpy(), starts.row_splits.numpy()
     starts, ends = starts.values.numpy(), ends.values.numpy()
-    basic = tokenization.BasicTokenizer(do_lower_case=lower)
+    basic = tokenization.BasicTokenizer(do_lower_case=lower, strip_accents=strip)
     bad = []
     for i, t in enumerate(texts):
         lo, hi = splits[i], splits[i + 1]
@@ -313,6 +314,124 @@ def test_fast_path_words_match_python_on_every_fast_code_point(lower):
         if got != basic.tokenize(t):
             bad.append(t)
     assert len(cps) > 140_000 and bad == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Lower-casing without accent stripping (keras-hub's BertTokenizer(lowercase=True), HF's
+# strip_accents=False: StringLower on fast rows) and the reverse (no fast rows).
+
+@pytest.fixture(scope="module", params=[(True, False), (False, True)],
+                ids=["lower_keep_accents", "cased_strip_accents"])
+def accent_tokenizers(request, tmp_path_factory):
+    """(FullTokenizer, BertTextTokenizer) with strip_accents != do_lower_case, on a cased vocab
+    learned from the sample text (it has accented tokens), q/x/🙂/の removed."""
+    lower, strip = request.param
+    d = tmp_path_factory.mktemp("accent_vocab")
+    tokens = vocab_builder.learn_vocab(DATA, str(d / "learned.txt"), vocab_size=400,
+                                       do_lower_case=False)
+    kept = [t for t in tokens if not any(c in t for c in "qxQX🙂の")]
+    path = str(d / "vocab.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(t + "\n" for t in kept))
+    return (tokenization.FullTokenizer(path, do_lower_case=lower, strip_accents=strip),
+            text_graph.BertTextTokenizer(path, do_lower_case=lower, strip_accents=strip))
+
+
+def test_accent_casings_match_python(accent_tokenizers):
+    py, tg = accent_tokenizers
+    assert tg._fast is not None and (tg._fast_re is None) == (not tg.do_lower_case)
+    if tg.do_lower_case:  # plain accented prose is fast; the rest takes the exact steps
+        fast = tf.strings.regex_full_match(tf.constant(
+            ["Café crème Ångström 中文, ok", "ΟΔΥΣΣΕΥΣ", "bell\x07", "Straße"]), tg._fast_re)
+        assert fast.numpy().tolist() == [True, False, False, True]
+    lines = sample_lines()
+    assert graph_ids_by_word(tg, lines) == [py_ids_by_word(py, line) for line in lines]
+    paragraphs = "\n".join(lines).split("\n\n")
+    flat = to_lists(tf.function(tg.tokenize_flat)(tf.constant(paragraphs)))
+    assert flat == [py.convert_tokens_to_ids(py.tokenize(p)) for p in paragraphs]
+    assert graph_ids_by_word(tg, EDGE_CASES) == [py_ids_by_word(py, t) for t in EDGE_CASES]
+    raw = [b"ab\xffcd \xe4\xb8", b"\xed\xa0\x80x", b"Zo\xc3\xab\xc3"]
+    assert graph_ids_by_word(tg, raw) == [py_ids_by_word(py, r) for r in raw]
+    texts = lines[:8] + EDGE_CASES
+    got = to_lists(tg.tokenize_to_pieces(tf.constant(texts)))
+    assert [[[p.decode("utf-8") for p in w] for w in row] for row in got] == [
+        [py.wordpiece_tokenizer.tokenize(w) for w in py.basic_tokenizer.tokenize(t)]
+        for t in texts]
+    # The casing matters on this text: the original's both-or-neither gives other ids.
+    both = tokenization.FullTokenizer(py.vocab_file, do_lower_case=py.basic_tokenizer.do_lower_case)
+    assert sum(py_ids_by_word(py, t) != py_ids_by_word(both, t) for t in lines) >= 5
+
+
+def test_accent_casings_random_strings_match_python(accent_tokenizers):
+    py, tg = accent_tokenizers
+    pool = (list("abcxyzABCXYZ019 .,'-:") + list("ΣσςΑΟ") + list("éëÉŁßİıÅåñÑ")
+            + ["e\u0301", "\u0301", "\u0345", "\u0898", "\u00ad", "\u200b", "\x00", "\x07",
+               "\t", "\u2028", "\u00a0", "\ufffd", "\u2C2F", "\U00010570", "中", "文", "か",
+               "が", "한", "🙂", "—", "“", "，", "\ufe0f", "ﬁ", "½", "Ｗ"])
+    rng = random.Random(99)
+    texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 20))) for _ in range(1000)]
+    got = graph_ids_by_word(tg, texts)
+    want = [py_ids_by_word(py, t) for t in texts]
+    assert [(t, g, w) for t, g, w in zip(texts, got, want) if g != w] == []
+
+
+ACCENT_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "café", "cafe", "crème", "creme",
+                "brûlée", "brulee", "ångström", "angstrom", "naïve", "naive", "résumé",
+                "resume", "Café", "Cafe", "中", "文", "##s", ",", "CAFE", "Ångström"]
+
+
+@pytest.mark.parametrize("lower,strip,want", [
+    (True, False, [[[5], [7], [9]], [[11, 21], [13], [15], [15], [19], [20], [22], [6]]]),
+    (True, None, [[[6], [8], [10]], [[12, 21], [14], [16], [16], [19], [20], [22], [6]]]),
+    (False, True, [[[18], [8], [10]], [[1], [14], [1], [16], [19], [20], [22], [23]]]),
+    (False, False, [[[17], [7], [9]], [[24, 21], [13], [1], [15], [19], [20], [22], [23]]]),
+])
+def test_casings_exact_ids(lower, strip, want, tmp_path):
+    """Hand-checked ids of accented, mixed-case and CJK text for each casing."""
+    path = tmp_path / f"v{lower}{strip}.txt"
+    path.write_text("".join(t + "\n" for t in ACCENT_VOCAB), encoding="utf-8")
+    tg = text_graph.BertTextTokenizer(str(path), do_lower_case=lower, strip_accents=strip)
+    py = tokenization.FullTokenizer(str(path), do_lower_case=lower, strip_accents=strip)
+    texts = ["Café crème brûlée", "Ångströms naïve RÉSUMÉ résumé 中文, CAFE"]
+    got = graph_ids_by_word(tg, texts)
+    assert got == want
+    assert got == [py_ids_by_word(py, t) for t in texts]
+
+
+def test_accent_casing_ops_are_serving_safe(accent_tokenizers):
+    py, tg = accent_tokenizers
+    fn = tf.function(lambda x: text_graph.pack_inputs([tg.tokenize(x)], 16, tg.cls_id,
+                                                      tg.sep_id),
+                     input_signature=[tf.TensorSpec([None], tf.string)])
+    ops = serving_ops.ops_in_concrete_function(fn.get_concrete_function())
+    serving_ops.check_serving_safe(ops)
+    assert "FastWordpieceTokenizeWithOffsets" in ops and "FastBertNormalize" not in ops
+    assert ("NormalizeUTF8" in ops) == tg.strip_accents
+    assert ("StringLower" in ops) == tg.do_lower_case
+
+
+def test_preprocessing_layer_strip_accents_config(accent_tokenizers, tmp_path):
+    py, tg = accent_tokenizers
+    lower, strip = tg.do_lower_case, tg.strip_accents
+    layer = text_graph.BertPreprocessingLayer(py.vocab_file, lower, 16, strip_accents=strip)
+    config = layer.get_config()
+    assert (config["do_lower_case"], config["strip_accents"], config["seq_length"]) == (
+        lower, strip, 16)
+    clone = text_graph.BertPreprocessingLayer.from_config(config)
+    assert (clone.tokenizer.do_lower_case, clone.tokenizer.strip_accents) == (lower, strip)
+    texts = ["Café crème brûlée", "Ångström naïve résumé", "ZOË 灯台守 Kraków"]
+    want = [py_pack(py.convert_tokens_to_ids(py.tokenize(t)), None, 16, tg.cls_id, tg.sep_id)[0]
+            for t in texts]
+    assert clone(tf.constant(texts))["input_word_ids"].numpy().tolist() == want
+    # A .keras file keeps the casing.
+    inp = keras.Input(shape=(), dtype="string")
+    keras.Model(inp, layer(inp)).save(str(tmp_path / "pre.keras"))
+    again = keras.models.load_model(str(tmp_path / "pre.keras"))
+    assert again(tf.constant(texts))["input_word_ids"].numpy().tolist() == want
+    # Configs saved before strip_accents existed load with the original's casing.
+    del config["strip_accents"]
+    old = text_graph.BertPreprocessingLayer.from_config(config)
+    assert (old.tokenizer.do_lower_case, old.tokenizer.strip_accents) == (lower, lower)
 
 
 @pytest.mark.slow

@@ -49,6 +49,9 @@ def define_flags():
     flags.DEFINE_integer("top_k", 5, "fill_mask: candidates per [MASK].")
     flags.DEFINE_integer("max_masks", 8, "fill_mask: [MASK] positions answered per text.")
     flags.DEFINE_integer("max_answer_length", 30, "span: longest answer in wordpieces.")
+    flags.DEFINE_bool("with_mlm", False, "--kind=encoder: also export the `mlm` sub-model "
+                      "(mlm_logits), as Model Garden's TF Hub exports; loads the checkpoint's "
+                      "masked-LM head.")
     show_in_help(__name__)
 
 
@@ -95,6 +98,10 @@ def run():
     cfg = BertConfig.from_json_file(FLAGS.bert_config_file)
     num_labels = len(FLAGS.labels) if FLAGS.labels else FLAGS.num_labels
     task = "embeddings" if FLAGS.kind == "encoder" else FLAGS.task
+    if FLAGS.with_mlm:
+        if FLAGS.kind != "encoder":
+            raise BertError("--with_mlm: only for --kind=encoder")
+        task = "fill_mask"  # the pretrainer: encoder + the masked-LM head the mlm signature uses
     model = build_model(cfg, task, num_labels)
     if FLAGS.init_checkpoint:
         from bert_tf.convert.checkpoints import load_checkpoint
@@ -102,7 +109,11 @@ def run():
     else:
         print("warning: no --init_checkpoint, exporting random weights", file=sys.stderr)
     if FLAGS.kind == "encoder":
-        return export.export_encoder(model, FLAGS.export_dir)
+        # The vocab and casing travel with the encoder (assets), as in Model Garden's exports.
+        return export.export_encoder(
+            model, FLAGS.export_dir, vocab_file=FLAGS.vocab_file or None,
+            do_lower_case=FLAGS.do_lower_case if FLAGS.vocab_file else None,
+            with_mlm=FLAGS.with_mlm)
     kwargs = dict(task=task, seq_length=FLAGS.seq_length, labels=FLAGS.labels,
                   top_k=FLAGS.top_k, max_masks=FLAGS.max_masks,
                   max_answer_length=FLAGS.max_answer_length)

@@ -234,13 +234,11 @@ def _write_savedmodel(net, cfg, out, vocab_file, casing):
     export.export_encoder(net, posixpath.join(out, "encoder"))
     if vocab_file is None:
         note("no vocab: wrote the encoder only (give --vocab_file for the preprocessor)")
-    elif casing[0] != casing[1]:
-        note(f"the in-graph tokenizer has no casing lower-case {casing[0]} with strip "
-             f"accents {casing[1]}: wrote the encoder only, no preprocessor")
     else:
         # packs to what the encoder takes (bert_pack_inputs takes any length)
         export.export_preprocessor(vocab_file, casing[0], posixpath.join(out, "preprocessor"),
-                                   seq_length=min(128, cfg.max_position_embeddings))
+                                   seq_length=min(128, cfg.max_position_embeddings),
+                                   strip_accents=casing[1])
 
 
 WRITERS = {"tf1": _write_tf1, "hf": _write_hf, "model_garden": _write_model_garden,

@@ -104,7 +104,8 @@ def detect(path):
 
 def export_vocab(export_dir, meta):
     """(vocab_file or None, casing or None) of a bert_tf export: its one `.txt` asset (text-in
-    exports; encoder exports have none) and the do_lower_case its metadata records.
+    exports; encoder exports have none) and the do_lower_case / strip_accents its metadata
+    records (strip_accents absent: it follows do_lower_case, as the original).
 
     Args:
         export_dir: the SavedModel directory.
@@ -113,7 +114,7 @@ def export_vocab(export_dir, meta):
     found = tf.io.gfile.glob(_join(export_dir, "assets", "*.txt"))
     lower = meta.get("do_lower_case")
     return (found[0] if len(found) == 1 else None,
-            None if lower is None else (bool(lower), bool(lower)))
+            None if lower is None else (bool(lower), bool(meta.get("strip_accents", lower))))
 
 
 def read_weights(detected):

@@ -81,10 +81,13 @@ class EndToEndModule(tf.Module):
         max_masks: fill_mask: masks answered per text.
         max_answer_length: span: longest answer, in tokens.
         name: tf.Module name.
+        strip_accents: None (= do_lower_case, the original) or a bool (see
+            `export_end_to_end`).
     """
 
     def __init__(self, model, vocab_file, do_lower_case, task="embeddings", seq_length=128,
-                 labels=None, top_k=5, max_masks=8, max_answer_length=30, name="bert_end_to_end"):
+                 labels=None, top_k=5, max_masks=8, max_answer_length=30, name="bert_end_to_end",
+                 strip_accents=None):
         super().__init__(name=name)
         _check_task_model(model, task)
         check_seq_length(seq_length)
@@ -93,7 +96,8 @@ class EndToEndModule(tf.Module):
             raise BertError(f"--seq_length: {seq_length} exceeds max_position_embeddings "
                             f"{cfg.max_position_embeddings}")
         # The one in-graph preprocessor every export uses (tracked: vocab table and asset).
-        self.preprocessing = TextPreprocessor(vocab_file, do_lower_case, seq_length)
+        self.preprocessing = TextPreprocessor(vocab_file, do_lower_case, seq_length,
+                                              strip_accents=strip_accents)
         tok = self.tokenizer
         if tok.vocab_size > cfg.vocab_size:
             raise BertError(f"{vocab_file}: vocab has {tok.vocab_size} lines but the model's "
@@ -294,6 +298,7 @@ class EndToEndModule(tf.Module):
         tok = self.tokenizer
         meta = {"format": common.FORMAT, "kind": "end_to_end", "task": self.task,
                 "seq_length": self._seq_length, "do_lower_case": tok.do_lower_case,
+                "strip_accents": tok.strip_accents,
                 "labels": self._labels.obj, "signatures": sorted(self.signatures())}
         if self.task == "fill_mask":
             meta.update(top_k=self._top_k, max_masks=self._max_masks)
@@ -304,7 +309,8 @@ class EndToEndModule(tf.Module):
 
 
 def export_end_to_end(model, vocab_file, do_lower_case, export_dir, task="embeddings",
-                      seq_length=128, labels=None, top_k=5, max_masks=8, max_answer_length=30):
+                      seq_length=128, labels=None, top_k=5, max_masks=8, max_answer_length=30,
+                      strip_accents=None):
     """Writes the end-to-end SavedModel to export_dir (atomically); returns export_dir.
 
     Args:
@@ -322,7 +328,9 @@ def export_end_to_end(model, vocab_file, do_lower_case, export_dir, task="embedd
         top_k: fill_mask: predictions per mask.
         max_masks: fill_mask: masks answered per text.
         max_answer_length: span: longest answer, in tokens.
+        strip_accents: None (strip exactly when lower-casing, as the original) or a bool
+            (False with do_lower_case: keras-hub's `BertTokenizer(lowercase=True)`).
     """
     module = EndToEndModule(model, vocab_file, do_lower_case, task, seq_length, labels, top_k,
-                            max_masks, max_answer_length)
+                            max_masks, max_answer_length, strip_accents=strip_accents)
     return common.write_saved_model(module, export_dir, module.signatures(), module.metadata())

@@ -79,20 +79,24 @@ class TextPreprocessor(tf.Module):
 
     Args:
         vocab_file: WordPiece vocab, one token per line.
-        do_lower_case: lower-case + strip accents, as the original's FullTokenizer.
+        do_lower_case: lower-case (+ strip accents by default), as the original's FullTokenizer.
         seq_length: default packed length.
         name: tf.Module name.
+        strip_accents: None (= do_lower_case, the original) or a bool (keras-hub's
+            `BertTokenizer(lowercase=True)`: do_lower_case=True, strip_accents=False).
     """
 
-    def __init__(self, vocab_file, do_lower_case=True, seq_length=128, name="preprocessing"):
+    def __init__(self, vocab_file, do_lower_case=True, seq_length=128, name="preprocessing",
+                 strip_accents=None):
         super().__init__(name=name)
         check_seq_length(seq_length)
-        self.tokenizer = text_graph.BertTextTokenizer(vocab_file, do_lower_case)
+        self.tokenizer = text_graph.BertTextTokenizer(vocab_file, do_lower_case,
+                                                      strip_accents=strip_accents)
         self.seq_length = int(seq_length)
         tok = self.tokenizer
         self.cls_id, self.sep_id, self.pad_id = tok.cls_id, tok.sep_id, tok.pad_id
         self.mask_id, self.vocab_size = tok.mask_id, tok.vocab_size
-        self.do_lower_case = tok.do_lower_case
+        self.do_lower_case, self.strip_accents = tok.do_lower_case, tok.strip_accents
         self._piece_lengths = None
 
     def tokenize(self, text):
@@ -192,15 +196,18 @@ class BertPreprocessor(tf.Module):
         do_lower_case: as the original's --do_lower_case.
         seq_length: packed length of the signatures; `bert_pack_inputs`' default.
         name: tf.Module name.
+        strip_accents: None (= do_lower_case) or a bool, see `TextPreprocessor`.
     """
 
     # Plain attributes, not tf.Module's computed properties: TF Hub reads them from the
     # restored object (reusable SavedModel API).
     variables = trainable_variables = regularization_losses = None
 
-    def __init__(self, vocab_file, do_lower_case=True, seq_length=128, name="bert_preprocessor"):
+    def __init__(self, vocab_file, do_lower_case=True, seq_length=128, name="bert_preprocessor",
+                 strip_accents=None):
         super().__init__(name=name)
-        self.preprocessing = TextPreprocessor(vocab_file, do_lower_case, seq_length)
+        self.preprocessing = TextPreprocessor(vocab_file, do_lower_case, seq_length,
+                                              strip_accents=strip_accents)
         pre = self.preprocessing
         self.variables, self.trainable_variables, self.regularization_losses = [], [], []
         # One trace of the tokenizer, called from every function (a Ref keeps the Python
@@ -262,7 +269,7 @@ class BertPreprocessor(tf.Module):
 
 
 def export_preprocessor(vocab_file, do_lower_case, export_dir, seq_length=128,
-                        extra_pack_seq_lengths=()):
+                        extra_pack_seq_lengths=(), strip_accents=None):
     """Writes the preprocessor SavedModel to export_dir (atomically); returns export_dir.
 
     Args:
@@ -273,14 +280,19 @@ def export_preprocessor(vocab_file, do_lower_case, export_dir, seq_length=128,
             `bert_pack_inputs` (which takes any length).
         extra_pack_seq_lengths: kept for compatibility (any length works now); validated
             and recorded in the metadata's `pack_seq_lengths`.
+        strip_accents: None (strip exactly when lower-casing, as the original) or a bool
+            (False with do_lower_case: keras-hub's `BertTokenizer(lowercase=True)`); the
+            metadata records the resolved value next to do_lower_case.
     """
     for n in extra_pack_seq_lengths:
         check_seq_length(n, "extra_pack_seq_lengths")
-    module = BertPreprocessor(vocab_file, do_lower_case, seq_length)
+    module = BertPreprocessor(vocab_file, do_lower_case, seq_length,
+                              strip_accents=strip_accents)
     tok = module.tokenizer
     metadata = {
         "format": common.FORMAT, "kind": "preprocessor", "seq_length": module.seq_length,
-        "do_lower_case": bool(do_lower_case), "vocab_size": tok.vocab_size,
+        "do_lower_case": tok.do_lower_case, "strip_accents": tok.strip_accents,
+        "vocab_size": tok.vocab_size,
         "special_ids": {"cls": tok.cls_id, "sep": tok.sep_id, "pad": tok.pad_id,
                         "mask": tok.mask_id, "unk": tok.unk_id},
         "pack_seq_lengths": sorted({module.seq_length, *extra_pack_seq_lengths}),

@@ -4,12 +4,17 @@ tf_text's Fast* ops do the original's work in two C++ passes, but they follow th
 tables: FastBertNormalize keeps U+FFFD, turns NUL and zero-width spaces into spaces, folds ß/ﬁ/½
 and fullwidth forms, knows no final sigma; FastWordpiece's splitting uses ICU's punctuation
 class. On most code points they agree with the original all the same. So agreement is measured,
-not assumed: `fast_mask` runs the ops (FastBertNormalize only when lower-casing) on every code
+not assumed: `fast_mask` runs the ops (the normalizer of the casing) on every code
 point in context and compares the words with the original's. A row made only of agreeing
 characters (checked with one RE2 pass) takes the fast path. Per-character agreement carries over
 to whole strings because every step is per character, except two the mask leaves out when
 lower-casing: capital sigma (Python picks σ or ς from the context) and characters whose NFD has
 a surviving combining mark (NFD reorders those).
+
+FastBertNormalize lower-cases and strips accents together. Lower-casing that keeps accents
+(keras-hub's `BertTokenizer(lowercase=True)`) uses core StringLower instead (ASCII first: ICU
+lower-cases with the process locale), measured the same way; stripping accents without
+lower-casing has no fast normalizer (`has_fast_normalizer`).
 
 WordPiece itself is exact: FastWordpiece's LinMaxMatch gives the greedy longest match, and a
 word with an unmatched piece is one `[UNK]`. The original's limit is 200 characters, the op's
@@ -42,9 +47,33 @@ class _Identity:
         return x
 
 
-def _fast_ops(do_lower_case, tokens, unk_token):
-    normalizer = (tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=True)
-                  if do_lower_case else _Identity())
+class _LowerOnly:
+    """Lower-casing that keeps accents: StringLower, ASCII first (without ICU, whose
+    lower-casing follows the process locale: tr/az I -> ı)."""
+
+    @staticmethod
+    def normalize(x):
+        return tf.strings.lower(tf.strings.lower(x), encoding="utf-8")
+
+
+def has_fast_normalizer(do_lower_case, strip_accents):
+    """Whether rows can take the fast path: every casing but accent stripping without
+    lower-casing (no op sequence here does that per character).
+
+    Args:
+        do_lower_case: the tokenizer's lower-casing.
+        strip_accents: its accent stripping (a bool).
+    """
+    return bool(do_lower_case) or not strip_accents
+
+
+def _fast_ops(do_lower_case, tokens, unk_token, strip_accents=None):
+    strip = do_lower_case if strip_accents is None else strip_accents
+    if do_lower_case:
+        normalizer = (tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=True) if strip
+                      else _LowerOnly())
+    else:
+        normalizer = _Identity()  # stripping without lower-casing: no fast rows at all
     wordpiece = tf_text.FastWordpieceTokenizer(
         tokens, suffix_indicator="##", max_bytes_per_word=MAX_WORD_BYTES,
         token_out_type=tf.int64, unknown_token=unk_token, no_pretokenization=False,
@@ -84,9 +113,22 @@ def _recent_punct_mask():
     return mask
 
 
+def fast_mask(do_lower_case, strip_accents=None):
+    """bool [0x110000]: code points on which the fast path gives the original's words.
+
+    Args:
+        do_lower_case: the tokenizer's lower-casing.
+        strip_accents: None (= do_lower_case) or a bool; a casing without a fast normalizer
+            (`has_fast_normalizer`) is a ValueError.
+    """
+    strip = bool(do_lower_case if strip_accents is None else strip_accents)
+    if not has_fast_normalizer(do_lower_case, strip):
+        raise ValueError("no fast normalizer strips accents without lower-casing")
+    return _fast_mask(bool(do_lower_case), strip)
+
+
 @functools.lru_cache(maxsize=None)
-def fast_mask(do_lower_case):
-    """bool [0x110000]: code points on which the fast path gives the original's words."""
+def _fast_mask(do_lower_case, strip):
     import unicodedata
     deleted = char_tables._deleted_mask()
     # Unassigned and private-use code points (most of the range) are deleted by the original
@@ -94,7 +136,7 @@ def fast_mask(do_lower_case):
     cats = char_tables._categories()
     cps = np.flatnonzero((cats != "Cn") & (cats != "Co") & (cats != "Cs"))
     texts = [f"a{chr(cp)}b {chr(cp)}" for cp in cps]
-    normalizer, wordpiece = _fast_ops(do_lower_case, ["[UNK]", "zz"], "[UNK]")
+    normalizer, wordpiece = _fast_ops(do_lower_case, ["[UNK]", "zz"], "[UNK]", strip)
     with tf.init_scope():
         normed = normalizer.normalize(tf.constant(texts))
         _, starts, ends = wordpiece.tokenize_with_offsets(normed)
@@ -108,12 +150,13 @@ def fast_mask(do_lower_case):
     punct = np.char.startswith(cats, "P")
     for lo, hi in ((33, 47), (58, 64), (91, 96), (123, 126)):
         punct[lo:hi + 1] = True
-    strip = tokenization.BasicTokenizer._strip_accents
+    strip_fn = tokenization.BasicTokenizer._strip_accents
     for i in np.flatnonzero(~deleted[cps]):
         c = chr(cps[i])
         # The text is "a{c}b {c}": whitespace splits first, CJK ideographs are words of their
         # own, then each word is normalized and split around punctuation.
-        n = strip(c.lower()) if do_lower_case else c
+        n = c.lower() if do_lower_case else c
+        n = strip_fn(n) if strip else n
         if c.isspace() or cats[cps[i]] == "Zs":
             want = [b"a", b"b"]
         elif tokenization._is_cjk(cps[i]):
@@ -126,7 +169,8 @@ def fast_mask(do_lower_case):
     mask[cps] = ok
     mask &= ~_recent_punct_mask()
     if do_lower_case:
-        mask[_SIGMA] = False
+        mask[_SIGMA] = False  # final or not: Python looks at the context
+    if do_lower_case and strip:
         for cp in np.flatnonzero(mask):
             if any(unicodedata.combining(d) and unicodedata.category(d) != "Mn"
                    for d in unicodedata.normalize("NFD", chr(cp).lower())):
@@ -165,16 +209,18 @@ class FastPath:
             duplicates).
         do_lower_case: like `FullTokenizer`.
         unk_token: the vocab's unknown token.
+        strip_accents: like `FullTokenizer` (None = do_lower_case).
     """
 
-    def __init__(self, tokens, do_lower_case, unk_token=tokenization.UNK):
+    def __init__(self, tokens, do_lower_case, unk_token=tokenization.UNK, strip_accents=None):
         # FastWordpiece keeps tokens up to 256 bytes; words here are at most 200 bytes, so
         # longer tokens never match and are replaced by unmatchable ones (ids stay in place).
         limit = MAX_WORD_BYTES + 2
         sizes = [len(t.encode("utf-8")) for t in tokens]
         short = [t if n <= limit else f"[long token {i}]"
                  for i, (t, n) in enumerate(zip(tokens, sizes))]
-        self.normalizer, self.wordpiece = _fast_ops(do_lower_case, short, unk_token)
+        self.normalizer, self.wordpiece = _fast_ops(do_lower_case, short, unk_token,
+                                                    strip_accents)
         # WordPiece for the exact path's words (up to 800 bytes). FastWordpiece holds tokens of
         # up to 256 bytes; a vocab with longer ones keeps the table-based op (None here).
         self.word_wordpiece = None
@@ -189,7 +235,8 @@ class FastPath:
         self._first = tf.constant([not (t.startswith("##") and len(t) > 2) for t in tokens])
 
     def normalize(self, x):
-        """FastBertNormalize when lower-casing (nothing when cased)."""
+        """The casing's fast normalizer: FastBertNormalize (uncased), StringLower (lower-case,
+        accents kept), nothing (cased)."""
         return self.normalizer.normalize(x)
 
     def words(self, text, by_word=True):

@@ -4,7 +4,9 @@
 
   * Rows made only of characters on which tf_text's FastBertNormalize + end-to-end
     FastWordpiece give the original's words (measured per code point, see `fast_path`; plain
-    prose in most languages) are normalized by FastBertNormalize.
+    prose in most languages) are normalized by FastBertNormalize, or by StringLower alone when
+    lower-casing keeps accents (keras-hub's `BertTokenizer(lowercase=True)`, HF's
+    `strip_accents=False`). Stripping accents without lower-casing has no fast rows.
   * The other rows (control/format characters, U+FFFD, invalid UTF-8, ß/ﬁ/½/fullwidth forms
     when lower-casing, capital sigma...) get the original's steps composed from core ops:
       1. invalid UTF-8 bytes dropped (UnicodeTranscode errors="ignore" == decode "ignore");
@@ -13,7 +15,9 @@
       3. whitespace (\\t \\n \\r, Zs, U+2028/U+2029, which the original's str.split() splits
          on) -> space;
       4. if lower-casing: StringLower (ICU full lower-casing; Python's final-sigma rule and
-         case mappings newer than ICU's where they differ), NFD, delete category Mn.
+         case mappings newer than ICU's where they differ);
+      5. if stripping accents (default: when lower-casing, as the original): NFD, delete
+         category Mn.
   * One FastWordpiece call (LinMaxMatch = the original's greedy longest match, `##`, a word with
     an unmatched piece -> one [UNK]) splits all rows into words (whitespace, punctuation and CJK
     ideographs, which lower-casing/NFD map only to each other) and pieces.
@@ -30,6 +34,7 @@ lines `TextFileInitializer` would read differently from `tokenization.load_vocab
 spaces/tabs, empty lines, duplicates: load_vocab keeps the last) is first rewritten to a canonical
 copy in a temp dir with the same line numbers; the copy is then the asset.
 """
+import functools
 import os
 import tempfile
 
@@ -40,6 +45,7 @@ import tensorflow_text as tf_text
 
 from bert_tf import BertError
 from bert_tf.tokenization import fast_path
+from bert_tf.tokenization.packing import pack_inputs  # noqa: F401  (re-exported)
 from bert_tf.tokenization.char_tables import (  # noqa: F401  (re-exported)
     _mask_ranges, _re2_class, _resolve_capital_sigma, case_fixups, char_classes,
     sigma_risky_class)
@@ -87,21 +93,24 @@ def _canonical_vocab_file(vocab_file):
 # Tokenizer
 
 class BertTextTokenizer(tf.Module):
-    """In-graph equivalent of `tokenization.FullTokenizer(vocab_file, do_lower_case)`.
+    """In-graph `tokenization.FullTokenizer(vocab_file, do_lower_case, strip_accents)`.
 
     `tokenize(strings)` -> int64 RaggedTensor [batch, words, pieces] (TF Hub convention).
 
     Args:
         vocab_file: vocab.txt; validated as FullTokenizer does.
-        do_lower_case: lower-case and strip accents (uncased checkpoints).
+        do_lower_case: lower-case (and, by default, strip accents: uncased checkpoints).
+        strip_accents: drop combining marks after NFD; None (the original) = do_lower_case.
+            False with do_lower_case: keras-hub's `BertTokenizer(lowercase=True)`.
         name: tf.Module name.
     """
 
-    def __init__(self, vocab_file, do_lower_case=True, name=None):
+    def __init__(self, vocab_file, do_lower_case=True, strip_accents=None, name=None):
         super().__init__(name=name)
         vocab = tokenization.load_vocab(vocab_file)  # validates + BertError on bad files
         self.vocab_file = vocab_file
         self.do_lower_case = bool(do_lower_case)
+        self.strip_accents = bool(do_lower_case if strip_accents is None else strip_accents)
         table_file, num_lines = _canonical_vocab_file(vocab_file)
         self.vocab_size = num_lines
         self.cls_id = vocab[tokenization.CLS]
@@ -127,10 +136,14 @@ class BertTextTokenizer(tf.Module):
         # Fast path for rows made of characters on which the Fast* ops agree with the original.
         try:
             self._fast = fast_path.FastPath(tokenization.vocab_tokens(table_file),
-                                            self.do_lower_case)
+                                            self.do_lower_case, strip_accents=self.strip_accents)
         except RuntimeError:  # FastWordpiece refuses a vocab with no plain word in it
             self._fast = None
-        self._fast_re = _re2_class(_mask_ranges(fast_path.fast_mask(self.do_lower_case))) + "*"
+        # Stripping accents without lower-casing: no fast rows (FastWordpiece splits them all).
+        self._fast_re = None
+        if fast_path.has_fast_normalizer(self.do_lower_case, self.strip_accents):
+            self._fast_re = _re2_class(_mask_ranges(fast_path.fast_mask(
+                self.do_lower_case, self.strip_accents))) + "*"
         risky = fast_path.split_risky_mask()
         self._split_risky_re = f"(?s).*{_re2_class(_mask_ranges(risky))}.*" if risky.any() else None
         if self.do_lower_case:
@@ -148,7 +161,7 @@ class BertTextTokenizer(tf.Module):
 
     @_no_autograph
     def normalize(self, x):
-        """The original's text cleaning and (if lower-casing) lower-casing + accent stripping:
+        """The original's text cleaning, lower-casing and accent stripping (each if on):
         string [batch] -> string [batch], words separated by spaces (not yet split)."""
         x = tf.strings.unicode_transcode(x, "UTF-8", "UTF-8", errors="ignore")
         x = tf.strings.regex_replace(x, self._delete_re, "")
@@ -164,6 +177,7 @@ class BertTextTokenizer(tf.Module):
             x = tf.cond(tf.reduce_any(tf.strings.regex_full_match(x, self._sigma_re)),
                         lambda: _resolve_capital_sigma(x), lambda: tf.identity(x))
             x = tf.strings.lower(x, encoding="utf-8")
+        if self.strip_accents:
             x = tf_text.normalize_utf8(x, "NFD")
             x = tf.strings.regex_replace(x, self._mn_re, "")
         return x
@@ -208,26 +222,36 @@ class BertTextTokenizer(tf.Module):
             return words if by_word else words.merge_dims(1, 2)
         if self._fast is None:
             return exact(self._exact_ids, x)
-        fast = tf.strings.regex_full_match(x, self._fast_re)
+        if self._fast_re is None:  # no Fast* normalizer for this casing: all rows exact
+            text, risky = self._exact_text(x)
+            redo = functools.partial(exact, self._exact_ids, x)
+        else:
+            fast = tf.strings.regex_full_match(x, self._fast_re)
 
-        def with_exact_rows():
-            # The exact normalization on the other rows, then one FastWordpiece call for all
-            # (its splitting is the original's except next to `split_risky` characters).
-            rows = tf.where(~fast)
-            text = self.normalize(tf.gather_nd(x, rows))
-            risky = tf.constant(False)
-            if self._split_risky_re:
-                risky = tf.reduce_any(tf.strings.regex_full_match(text, self._split_risky_re))
-            return tf.tensor_scatter_nd_update(self._fast.normalize(x), rows,
-                                               text), risky
+            def with_exact_rows():
+                # The exact normalization on the other rows, then one FastWordpiece call for
+                # all.
+                rows = tf.where(~fast)
+                text, risky = self._exact_text(tf.gather_nd(x, rows))
+                return tf.tensor_scatter_nd_update(self._fast.normalize(x), rows,
+                                                   text), risky
 
-        text, risky = tf.cond(tf.reduce_all(fast),
-                              lambda: (self._fast.normalize(x), tf.constant(False)),
-                              with_exact_rows)
+            text, risky = tf.cond(tf.reduce_all(fast),
+                                  lambda: (self._fast.normalize(x), tf.constant(False)),
+                                  with_exact_rows)
+            redo = functools.partial(exact, self._mixed, x, fast)
         ids, too_long = self._fast.words(text, by_word)
-        # Rare: a word over 200 bytes or a risky character -> row by row (_mixed).
-        return tf.cond(risky | tf.reduce_any(too_long), lambda: exact(self._mixed, x, fast),
-                       lambda: ids)
+        # Rare: a word over 200 bytes or a risky character -> row by row.
+        return tf.cond(risky | tf.reduce_any(too_long), redo, lambda: ids)
+
+    def _exact_text(self, x):
+        """(normalized x, whether FastWordpiece's own splitting may differ from the original's
+        on it: `split_risky` characters)."""
+        text = self.normalize(x)
+        risky = tf.constant(False)
+        if self._split_risky_re:
+            risky = tf.reduce_any(tf.strings.regex_full_match(text, self._split_risky_re))
+        return text, risky
 
     def _exact_ids(self, x):
         if self._fast is None or self._fast.word_wordpiece is None:
@@ -252,102 +276,6 @@ class BertTextTokenizer(tf.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# Packing
-
-def _truncated_lengths(len_a, len_b, budget):
-    """Final lengths of the original's _truncate_seq_pair (pop from the longer, ties pop b)."""
-    half_up = (budget + 1) // 2
-    half_down = budget // 2
-    new_a = tf.minimum(len_a, tf.maximum(budget - len_b, half_up))
-    new_b = tf.minimum(len_b, tf.maximum(budget - len_a, half_down))
-    return new_a, new_b
-
-
-def _flatten_segment(seg):
-    if not isinstance(seg, tf.RaggedTensor):
-        seg = tf.RaggedTensor.from_tensor(seg)
-    while seg.ragged_rank > 1:
-        seg = seg.merge_dims(1, 2)
-    return tf.cast(seg.with_row_splits_dtype(tf.int64), tf.int32)
-
-
-def _gather_cols(dense, cols):
-    """dense[b, cols[b, j]], with cols clipped (out-of-range columns are masked later)."""
-    cols = tf.clip_by_value(cols, 0, tf.shape(dense)[1] - 1)
-    return tf.gather(dense, cols, batch_dims=1)
-
-
-@_no_autograph
-def pack_inputs(segments, seq_length, cls_id, sep_id, pad_id=0):
-    """[CLS] a [SEP] (b [SEP]) packed to int32 [batch, seq_length] exactly like the original.
-
-    Single segment: cut to seq_length - 2. Pair: cut to seq_length - 3 in total with the
-    original's _truncate_seq_pair (pop from the end of the longer, ties pop from b).
-    Empty b: the original's convert_single_example tests `if tokens_b:` (a list), so a b that
-    tokenizes to nothing ("", " ", "\x00") gives [CLS] a [SEP] with the single-segment budget
-    seq_length - 2 and no second [SEP]; so does this, per row. (TF Hub's bert_pack_inputs would
-    add an empty b's [SEP] instead.)
-
-    Built from dense gathers/selects (no ragged masking): cheap to trace and serving-safe.
-
-    Args:
-        segments: list of 1 or 2 RaggedTensors [batch, (words), (pieces)] or [batch, (pieces)].
-        seq_length: a Python int (static output shape) or a scalar int32 tensor.
-        cls_id: int, id of [CLS].
-        sep_id: int, id of [SEP].
-        pad_id: int, id written after the packed tokens.
-
-    Returns:
-        Dict of input_word_ids, input_mask, input_type_ids.
-    """
-    if not 1 <= len(segments) <= 2:
-        raise BertError(f"pack_inputs: expected 1 or 2 segments, got {len(segments)}")
-    static = isinstance(seq_length, int)
-    checks = []
-    if static and seq_length < len(segments) + 1:
-        raise BertError(f"pack_inputs: seq_length {seq_length} leaves no room for [CLS]/[SEP]")
-    if not static:  # a scalar int32 tensor (TF Hub's bert_pack_inputs(..., seq_length=N))
-        seq_length = tf.cast(seq_length, tf.int32)
-        checks.append(tf.debugging.assert_greater_equal(
-            seq_length, len(segments) + 1, message="seq_length leaves no room for [CLS]/[SEP]"))
-    with tf.control_dependencies(checks):
-        segs = [_flatten_segment(s) for s in segments]
-    lens = [tf.cast(s.row_lengths(), tf.int32) for s in segs]
-    batch = segs[0].nrows(out_type=tf.int32)
-    single_len = tf.minimum(lens[0], seq_length - 2)
-    if len(segs) == 1:
-        len_a, len_b, has_b = single_len, tf.zeros_like(single_len), tf.zeros_like(single_len)
-    else:
-        has_b_row = lens[1] > 0
-        pair_a, len_b = _truncated_lengths(lens[0], lens[1], seq_length - 3)
-        len_a = tf.where(has_b_row, pair_a, single_len)
-        has_b = tf.cast(has_b_row, tf.int32)
-    # Segments as dense [batch, seq_length + 1]: never longer than what can be packed, plus
-    # one column so that gathers from empty rows/batches stay in range.
-    width = [None, seq_length] if static else tf.stack([tf.constant(-1), seq_length])
-    dense = [tf.pad(s.to_tensor(default_value=0, shape=width), [[0, 0], [0, 1]]) for s in segs]
-    pos = tf.broadcast_to(tf.range(seq_length, dtype=tf.int32)[tf.newaxis], [batch, seq_length])
-    la, lb, hb = (tf.expand_dims(t, 1) for t in (len_a, len_b, has_b))
-    b_start = la + 2  # position of b's first piece
-    total = b_start + hb * (lb + 1)  # [CLS] a [SEP] (b [SEP])
-    ids = tf.fill([batch, seq_length], tf.constant(pad_id, tf.int32))
-    if len(segs) == 2:
-        ids = tf.where(pos < total, sep_id, ids)  # b's [SEP] (b itself overwritten next)
-        ids = tf.where((pos >= b_start) & (pos < b_start + lb),
-                       _gather_cols(dense[1], pos - b_start), ids)
-    ids = tf.where(pos == la + 1, sep_id, ids)
-    ids = tf.where((pos >= 1) & (pos <= la), _gather_cols(dense[0], pos - 1), ids)
-    ids = tf.where(pos == 0, cls_id, ids)
-    mask = tf.cast(pos < total, tf.int32)
-    type_ids = tf.cast((pos >= b_start) & (pos < total), tf.int32)
-    out = {"input_word_ids": ids, "input_mask": mask, "input_type_ids": type_ids}
-    if static:
-        for t in out.values():
-            t.set_shape([None, seq_length])
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
 # Keras layer
 
 @keras.saving.register_keras_serializable(package="bert_tf")
@@ -359,12 +287,14 @@ class BertPreprocessingLayer(keras.layers.Layer):
 
     Args:
         vocabulary: a vocab.txt path, or the list of tokens (index = id).
-        do_lower_case: bool, lower-case and strip accents (uncased models).
+        do_lower_case: bool, lower-case (and by default strip accents: uncased models).
         seq_length: int, length the inputs are packed (and truncated) to.
+        strip_accents: None (= do_lower_case, the original) or a bool, as `BertTextTokenizer`.
         **kwargs: `keras.layers.Layer` arguments.
     """
 
-    def __init__(self, vocabulary, do_lower_case=True, seq_length=128, **kwargs):
+    def __init__(self, vocabulary, do_lower_case=True, seq_length=128, strip_accents=None,
+                 **kwargs):
         kwargs.setdefault("trainable", False)
         super().__init__(**kwargs)
         if isinstance(vocabulary, (list, tuple)):
@@ -378,7 +308,9 @@ class BertPreprocessingLayer(keras.layers.Layer):
             self.vocabulary = tokenization.vocab_tokens(vocab_file)
         self.do_lower_case = bool(do_lower_case)
         self.seq_length = int(seq_length)
-        self.tokenizer = BertTextTokenizer(vocab_file, do_lower_case=do_lower_case)
+        self.tokenizer = BertTextTokenizer(vocab_file, do_lower_case=do_lower_case,
+                                           strip_accents=strip_accents)
+        self.strip_accents = self.tokenizer.strip_accents
 
     def call(self, inputs):
         texts = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
@@ -397,5 +329,5 @@ class BertPreprocessingLayer(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(vocabulary=list(self.vocabulary), do_lower_case=self.do_lower_case,
-                      seq_length=self.seq_length)
+                      seq_length=self.seq_length, strip_accents=self.strip_accents)
         return config
