@@ -4,7 +4,8 @@ from setuptools import find_packages, setup
 # Compatible ranges of what bert_tf imports; constraints.txt pins the exact, tested set that
 # `make` and CI install (`pip install -c constraints.txt`). tensorflow-text's ops are built
 # against one TensorFlow minor, so the two move together. Lowest tested: keras 3.12.0,
-# numpy 2.3.5, tensorflow-datasets 4.9.9.
+# numpy 2.3.5, tensorflow-datasets 4.9.9 (Python 3.11); keras 3.12.4, numpy 2.2.6 (3.10,
+# `make test-py310`).
 INSTALL_REQUIRES = [
     "tensorflow>=2.20,<2.21",
     "tensorflow-text>=2.20,<2.21",
