@@ -17,36 +17,63 @@ def tmp_name(path):
 
 
 @contextlib.contextmanager
-def atomic_dir(final_dir, create=True):
+def atomic_dir(final_dir, create=True, replace=True):
     """Yields a new temp sibling of `final_dir` to fill; once the block ends without an error
-    it is renamed to `final_dir` (an existing one is swapped out, then deleted), otherwise
-    removed: a reader never sees a half-written directory under the final name.
+    it is renamed to `final_dir`, otherwise removed: a reader (TF Serving polls export folders)
+    never sees a half-written directory under the final name.
 
     Args:
         final_dir: the directory to publish (local or gs://...); its parent is created.
         create: create the temp directory (False: the block's writer creates it itself).
+        replace: an existing final_dir is swapped out, then deleted (put back if the swap
+            fails); False: it is a BertError at publishing time.
     """
+    import logging
     import uuid
     import tensorflow as tf
-    parent = os.path.dirname(final_dir)
-    if parent:
-        tf.io.gfile.makedirs(parent)
+    final_dir = final_dir.rstrip("/")
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp = f"{final_dir}.tmp-{tag}"
+    tmp = f"{final_dir}.tmp-{tag}"  # not all digits: TF Serving never loads it as a version
     try:
+        parent = os.path.dirname(final_dir)
+        if parent:
+            tf.io.gfile.makedirs(parent)
         if create:
             tf.io.gfile.makedirs(tmp)
         yield tmp
-        if tf.io.gfile.exists(final_dir):
-            old = f"{final_dir}.old-{tag}"
-            tf.io.gfile.rename(final_dir, old)
-            tf.io.gfile.rename(tmp, final_dir)
-            tf.io.gfile.rmtree(old)
-        else:
-            tf.io.gfile.rename(tmp, final_dir)
+        if not tf.io.gfile.exists(final_dir):
+            _rename_dir(tmp, final_dir)
+            return
+        if not replace:
+            raise BertError(f"{final_dir}: already exists")
+        old = f"{final_dir}.old-{tag}"
+        _rename_dir(final_dir, old)
+        try:
+            _rename_dir(tmp, final_dir)
+        except tf.errors.OpError:
+            _rename_dir(old, final_dir)  # the previous one stays published
+            raise
+        if not _remove_quietly(old):
+            logging.getLogger("bert_tf").warning("%s: could not delete the replaced folder", old)
     finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.rmtree(tmp)
+        _remove_quietly(tmp)
+
+
+def _rename_dir(src, dst):
+    # Local renames are atomic; on object stores gfile renames object by object.
+    import tensorflow as tf
+    tf.io.gfile.rename(src, dst, overwrite=False)
+
+
+def _remove_quietly(path):
+    # False when `path` is still there (the error that got us here matters more).
+    import tensorflow as tf
+    try:
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+        return True
+    except tf.errors.OpError:
+        return False
 
 
 def read_text(path, missing="file not found"):

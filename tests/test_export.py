@@ -18,7 +18,7 @@ import bert_tf  # noqa: F401
 import keras
 import tensorflow as tf
 
-from bert_tf import BertError, tokenization
+from bert_tf import BertError, fileio, tokenization
 
 from bert_tf.export import serving_ops
 from bert_tf.modeling import encoder as be
@@ -201,7 +201,7 @@ class Exports:
             export.export_encoder(self.models["fill_mask"], path)
         elif name == "fill_mask":
             # Through the serving layout, watching what the final name shows while writing.
-            real_rename = common._rename_dir
+            real_rename = fileio._rename_dir
 
             def watched(src, dst):
                 self.publish_log.append({
@@ -211,7 +211,7 @@ class Exports:
                     "versions": serving.version_dirs(os.path.dirname(dst))})
                 real_rename(src, dst)
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(common, "_rename_dir", watched)
+                mp.setattr(fileio, "_rename_dir", watched)
                 path = serving.export_for_serving(
                     os.path.join(self.base, "serving"), "bert_fill_mask",
                     model=self.models["fill_mask"], vocab_file=self.vocab, task="fill_mask",

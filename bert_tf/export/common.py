@@ -7,16 +7,14 @@ list attribute (`model_variables`) so they are saved and restored with the funct
 capture them (see tf_variables).
 """
 import json
-import logging
 import os
 import posixpath
-import uuid
 
 import bert_tf  # noqa: F401  (sets KERAS_BACKEND)
 import keras
 import tensorflow as tf
 
-from bert_tf import BertError
+from bert_tf import BertError, fileio
 from bert_tf.export import serving_ops
 from bert_tf.fileio import error_gist
 from bert_tf.modeling import models
@@ -33,8 +31,6 @@ ensure_built = models.ensure_built
 EXTRA_DIR = "assets.extra"            # TF Serving's folder for files next to the model
 METADATA_FILE = "bert_tf_export.json"  # what was exported (task, labels, config...), in EXTRA_DIR
 FORMAT = "bert_tf.export/1"
-
-log = logging.getLogger("bert_tf")
 
 
 class Ref:
@@ -128,18 +124,6 @@ def checked_ids(input_word_ids, input_mask, input_type_ids, vocab_size, type_voc
                 "input_type_ids": tf.identity(types)}
 
 
-def _rename_dir(src, dst):
-    # Local renames are atomic; on object stores gfile renames object by object.
-    tf.io.gfile.rename(src, dst, overwrite=False)
-
-
-def tmp_dir_for(final_dir):
-    """A sibling of final_dir for building it: same file system, and a name that TF Serving
-    (which only loads all-digit version folders) never picks up."""
-    final_dir = final_dir.rstrip("/")
-    return f"{final_dir}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
 def write_saved_model(module, export_dir, signatures, metadata, before_publish=None,
                       replace=True):
     """tf.saved_model.save into a temp sibling dir, add metadata, then rename into place.
@@ -164,57 +148,24 @@ def write_saved_model(module, export_dir, signatures, metadata, before_publish=N
     export_dir = export_dir.rstrip("/")
     if tf.io.gfile.exists(export_dir) and not replace:
         raise BertError(f"{export_dir}: already exists")
-    parent = os.path.dirname(export_dir)
-    tmp = tmp_dir_for(export_dir)
     try:
-        if parent:
-            tf.io.gfile.makedirs(parent)
-        tf.saved_model.save(module, tmp, signatures=signatures)
-        extra = join(tmp, EXTRA_DIR)
-        tf.io.gfile.makedirs(extra)
-        # Every function of the export against the op list of the minimum TF Serving version,
-        # which then travels with the model.
-        requirements = serving_ops.requirements_json(serving_ops.ops_in_saved_model(tmp),
-                                                     export_dir)
-        with tf.io.gfile.GFile(join(extra, serving_ops.REQUIREMENTS_FILE), "w") as f:
-            f.write(requirements)
-        with tf.io.gfile.GFile(join(extra, METADATA_FILE), "w") as f:
-            f.write(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
-        if before_publish is not None:
-            before_publish(tmp)
-        _publish(tmp, export_dir, replace)
+        with fileio.atomic_dir(export_dir, create=False, replace=replace) as tmp:
+            tf.saved_model.save(module, tmp, signatures=signatures)
+            extra = join(tmp, EXTRA_DIR)
+            tf.io.gfile.makedirs(extra)
+            # Every function of the export against the op list of the minimum TF Serving
+            # version, which then travels with the model.
+            requirements = serving_ops.requirements_json(serving_ops.ops_in_saved_model(tmp),
+                                                         export_dir)
+            with tf.io.gfile.GFile(join(extra, serving_ops.REQUIREMENTS_FILE), "w") as f:
+                f.write(requirements)
+            with tf.io.gfile.GFile(join(extra, METADATA_FILE), "w") as f:
+                f.write(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+            if before_publish is not None:
+                before_publish(tmp)
     except (tf.errors.OpError, OSError) as e:  # disk full, no permission, a file in the way
         raise BertError(f"{export_dir}: cannot write the export ({error_gist(e)})") from None
-    finally:
-        _remove_quietly(tmp)
     return export_dir
-
-
-def _publish(tmp, export_dir, replace):
-    if not tf.io.gfile.exists(export_dir):
-        _rename_dir(tmp, export_dir)
-        return
-    if not replace:
-        raise BertError(f"{export_dir}: already exists")
-    old = f"{export_dir}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    _rename_dir(export_dir, old)
-    try:
-        _rename_dir(tmp, export_dir)
-    except tf.errors.OpError:
-        _rename_dir(old, export_dir)  # the previous export stays published
-        raise
-    if not _remove_quietly(old):
-        log.warning("%s: could not delete the replaced export", old)
-
-
-def _remove_quietly(path):
-    # False when `path` is still there (the error that got us here matters more).
-    try:
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.rmtree(path)
-        return True
-    except tf.errors.OpError:
-        return False
 
 
 def read_metadata(export_dir):

@@ -52,16 +52,12 @@ def check_vocab(options, bert_config):
 def _with_warmup(export_fn, final_dir, requests):
     """export_fn(tmp_dir) writes a SavedModel; add warm-up requests; rename to final_dir (TF
     Serving never loads the non-numeric temp folder)."""
+    from bert_tf import fileio
     from bert_tf.export import common, serving
-    tmp = common.tmp_dir_for(final_dir)
-    try:
+    with fileio.atomic_dir(final_dir, create=False, replace=False) as tmp:
         export_fn(tmp)
         serving.write_warmup_file(common.join(tmp, common.EXTRA_DIR, serving.WARMUP_FILE),
                                   requests)
-        tf.io.gfile.rename(tmp, final_dir, overwrite=False)
-    finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.rmtree(tmp)
     return final_dir
 
 
