@@ -100,7 +100,8 @@ def run_cli(opts):
     except ImportError:
         psutil = None
     import resource
-    stats_path = opts["output_file"] + ".stats.json"
+    from bert_tf.pretraining_data.guard import sidecar_path
+    stats_path = sidecar_path(opts["output_file"], "stats.json")
     if hasattr(os, "sync"):  # earlier rows' outputs are written back now, not during this row
         os.sync()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

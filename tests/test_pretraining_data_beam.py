@@ -48,8 +48,9 @@ def in_process(corpus, tmp_path_factory):
 def test_beam_schema_statistics_and_stats_file(in_process, corpus):
     d, data = in_process
     assert data["outputs"] == [str(d / f"out-0000{i}-of-00003") for i in range(3)]
-    assert sorted(os.listdir(d)) == ["out-00000-of-00003", "out-00001-of-00003",
-                                     "out-00002-of-00003", "out.stats.json"]  # no temp files
+    assert sorted(os.listdir(d)) == [".bert_tf", "out-00000-of-00003", "out-00001-of-00003",
+                                     "out-00002-of-00003"]  # no temp files
+    assert os.listdir(d / ".bert_tf") == ["out.stats.json"]  # no lock left
     records = schema.parse_records(data["outputs"], 128, 20)  # the published feature_spec
     vocab = load_vocab(corpus[1])
     s = _check_records(records, len(vocab), vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"], 20, 0.15)
@@ -63,7 +64,7 @@ def test_beam_schema_statistics_and_stats_file(in_process, corpus):
     assert 0.05 <= t["nsp_forced_random_next"] / t["instances"] <= 0.25, t
     assert t["masked"] == sum(int(r["masked_lm_weights"].sum()) for r in records)
     assert t["tokens"] == sum(int(r["input_mask"].sum()) for r in records)
-    with open(d / "out.stats.json") as f:
+    with open(d / ".bert_tf" / "out.stats.json") as f:
         on_disk = json.load(f)
     assert on_disk["totals"] == t and on_disk["mode"] == "beam" and on_disk["runner"] == "DirectRunner"
     # Records of one document are spread out: neighbours rarely share their first 6 tokens.
@@ -122,7 +123,7 @@ def test_beam_default_shard_count_is_the_piece_count(corpus, tmp_path):
                        dupe_factor=1, output_file=str(tmp_path / "out"), progress=False))
     assert data["outputs"] == [t.output for t in pieces]
     assert sorted(os.listdir(tmp_path)) == sorted(
-        [os.path.basename(t.output) for t in pieces] + ["out.stats.json"])
+        [os.path.basename(t.output) for t in pieces] + [".bert_tf"])
 
 
 def _bytes(path):
@@ -178,7 +179,7 @@ def test_library_imports_without_beam():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("--runner: apache-beam is not installed"), proc.stdout
-    assert proc.stdout.rstrip().endswith("pip install -c constraints.txt -e '.[beam]'")
+    assert proc.stdout.rstrip().endswith('pip install "bert_tf[beam]"')
 
 
 @pytest.mark.slow

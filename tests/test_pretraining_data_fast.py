@@ -324,7 +324,8 @@ def test_non_local_paths_go_through_gfile(mode):
                        output_shards=0 if mode == "original" else 2))
     assert len(schema.parse_records(data["outputs"], 24, 4)) == data["totals"]["instances"] > 10
     names = ["x"] if mode == "original" else [f"x-0000{i}-of-00002" for i in range(2)]
-    assert sorted(tf.io.gfile.listdir(f"ram://h4out/{mode}")) == names + ["x.stats.json"]
+    assert sorted(tf.io.gfile.listdir(f"ram://h4out/{mode}")) == [".bert_tf"] + names
+    assert tf.io.gfile.listdir(f"ram://h4out/{mode}/.bert_tf") == ["x.stats.json"]  # no lock
 
 
 def test_forked_and_spawned_workers_write_the_same_bytes(tmp_path, monkeypatch):

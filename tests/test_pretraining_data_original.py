@@ -219,7 +219,7 @@ def test_round_robin_over_output_files(tmp_path, golden):
 
 def test_stats_file(tmp_path, golden):
     data = _run(tmp_path)
-    with open(tmp_path / "out.tfrecord.stats.json") as f:
+    with open(tmp_path / ".bert_tf" / "out.tfrecord.stats.json") as f:
         on_disk = json.load(f)
     assert on_disk["totals"] == data["totals"]
     totals = data["totals"]

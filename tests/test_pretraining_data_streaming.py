@@ -60,7 +60,8 @@ def _opts(tmp_path, **kw):
 
 
 def _files(directory):
-    return sorted(p for p in os.listdir(directory))
+    """The files of `directory` (not the `.bert_tf` folder of the stats journal)."""
+    return sorted(p for p in os.listdir(directory) if not os.path.isdir(os.path.join(directory, p)))
 
 
 # ---- tokenization fast path --------------------------------------------------------------
@@ -142,7 +143,7 @@ def test_resume_after_simulated_kill_gives_identical_files(tmp_path):
     run(_opts(ref, **opts))
     expected = {n: (ref / n).read_bytes() for n in _files(ref) if "stats" not in n}
     run(_opts(d, **opts))
-    stats_path = d / "out.tfrecord.stats.json"
+    stats_path = d / ".bert_tf" / "out.tfrecord.stats.json"
     # The state a kill leaves: shard 2 never finished (only a temp file), shard 3 renamed but
     # the kill came before the journal recorded it, journal not complete.
     shard = lambda i: d / f"out.tfrecord-0000{i}-of-00004"  # noqa: E731
@@ -159,7 +160,7 @@ def test_resume_after_simulated_kill_gives_identical_files(tmp_path):
     assert {i: shard(i).stat().st_mtime_ns for i in (0, 1)} == before  # not rewritten
     final = json.loads(stats_path.read_text())
     assert final["complete"] and sorted(final["shards"]) == ["0", "1", "2", "3"]
-    ref_totals = json.loads((ref / "out.tfrecord.stats.json").read_text())["totals"]
+    ref_totals = json.loads((ref / ".bert_tf" / "out.tfrecord.stats.json").read_text())["totals"]
     assert {k: v for k, v in final["totals"].items() if "second" not in k} == \
         {k: v for k, v in ref_totals.items() if "second" not in k}
     with pytest.raises(BertError, match="--resume: .* other flags"):
@@ -357,7 +358,7 @@ def test_error_cases_leave_no_outputs(tmp_path, capsys):
         (dict(bert_config_file=str(tmp_path / "config.json")),
          "--max_seq_length: 24 is larger than max_position_embeddings 16"),
         (dict(bert_config_file=str(tmp_path / "small.json")),
-         "--vocab_file: 91 tokens, but .*small.json has vocab_size 50"),
+         ": 91 lines but .*small.json has vocab_size 50"),
     ]
     for mode in ("original", "streaming"):
         for kw, pattern in cases:

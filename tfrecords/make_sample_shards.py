@@ -4,8 +4,8 @@
 
 Without --vocab_file a small WordPiece vocab is learned from the corpus (DIR/vocab.txt).
 Writes, under DIR (default tfrecords/shards/, git-ignored):
-  sample_original.tfrecord (+ .stats.json)                 --mode=original, 1 file
-  sample_streaming-0000{0,1}-of-00002 (+ .stats.json)      --mode=streaming, 2 shards
+  sample_original.tfrecord (+ .bert_tf/*.stats.json)       --mode=original, 1 file
+  sample_streaming-0000{0,1}-of-00002 (+ .bert_tf/*.stats.json)  --mode=streaming, 2 shards
 with max_seq_length 128, max_predictions_per_seq 20, dupe_factor 5, seed 12345.
 """
 import argparse

@@ -13,6 +13,8 @@
              the [beam] extra; imported only in that mode)
   writer     atomic TFRecord (own framing, no TensorFlow for local paths) and JSON outputs
   stats      counters of the stats JSON
+  guard      workers that die with the run, a clean stop on SIGTERM/SIGINT (exit 75), the
+             output lock, and where sidecar files go (`<dir>/.bert_tf/`)
   runner     `Options` + `run(options)`, what create_pretraining_data.py calls
   cli        absl flags of create_pretraining_data.py
 """

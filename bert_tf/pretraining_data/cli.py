@@ -23,11 +23,16 @@ def options_from_flags(flag_values, extra_args=()):
 
 
 def main(options):
-    """Run; a BertError becomes `error: <one line>` and exit status 1 (no traceback)."""
+    """Run; a BertError becomes `error: <one line>` and exit status 1 (no traceback); a stop
+    by SIGTERM/SIGINT prints `interrupted: ...` and exits with 75 (`guard.PREEMPTED_EXIT_CODE`)."""
+    from bert_tf.pretraining_data import guard
     from bert_tf.pretraining_data.runner import run
     try:
         return run(options)
     except BertError as e:
         sys.exit(f"error: {e}")
-    except KeyboardInterrupt:
-        sys.exit("interrupted: finished shards are kept; rerun with --resume to continue")
+    except KeyboardInterrupt as e:  # a stop signal: "try again", as a preempted run_pretraining
+        line = e.message if isinstance(e, guard.Interrupted) else guard.interrupted_line(
+            options.mode, 0, 0)
+        print(line, file=sys.stderr)
+        sys.exit(guard.PREEMPTED_EXIT_CODE)

@@ -49,7 +49,7 @@ class Options:
                                           "Not original-compatible.")
     learn_vocab_size: int = flag(0, "If --vocab_file is not given or does not exist, learn a "
                                  "WordPiece vocab of this size from the input (written to "
-                                 "--vocab_file, or <output>.vocab.txt). 0: error.")
+                                 "--vocab_file, or <dir>/.bert_tf/<output name>.vocab.txt). 0: error.")
     tfds_dataset: str = flag("", "Read documents from a tensorflow-datasets text dataset (e.g. "
                              "wikipedia/20230601.en) instead of --input_file; text is split into "
                              "sentences by a simple regex.")
@@ -62,7 +62,8 @@ class Options:
     shuffle_buffer_size: int = flag(10000, "streaming and beam: records are put in a random "
                                     "order in blocks of at least this many (per shard or piece); "
                                     "0: no shuffling.")
-    stats_file: str = flag("", "Stats JSON (default: <output>.stats.json).")
+    stats_file: str = flag("", "Stats JSON (default: <dir>/.bert_tf/<output name>.stats.json, "
+                           "out of the way of '<output_file>*' and '<dir>/*' globs).")
     bert_config_file: str = flag("", "Optional bert_config.json: checks max_seq_length and the "
                                  "vocab size against it.")
     runner: str = flag("", "Run as an Apache Beam pipeline on this runner (DirectRunner, "

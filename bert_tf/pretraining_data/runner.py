@@ -10,6 +10,7 @@ import time
 from bert_tf import BertError
 from bert_tf.fileio import describe_files
 from bert_tf.pretraining_data import documents as docs_lib
+from bert_tf.pretraining_data import guard
 from bert_tf.pretraining_data import original as original_lib
 from bert_tf.pretraining_data import streaming as streaming_lib
 from bert_tf.pretraining_data import workers as workers_lib
@@ -73,16 +74,23 @@ def validate(opts):
              f"--masked_lm_prob asks for will be masked")
 
 
+def output_prefix(opts):
+    """The first --output_file entry: what the stats journal, learned vocab and lock are named
+    after (`guard.sidecar_path`)."""
+    return next(f.strip() for f in opts.output_file.split(",") if f.strip())
+
+
 def output_paths(opts):
     """(list of output files, stats file path)."""
     files = [f.strip() for f in opts.output_file.split(",") if f.strip()]
     shards = opts.output_shards
+    stats = opts.stats_file or guard.sidecar_path(files[0], "stats.json")
     if opts.mode == "beam":
         if len(files) != 1:
             raise BertError("--output_file: with --runner give one file name prefix "
                             "(shards are <prefix>-SSSSS-of-NNNNN)")
         if not shards:  # as many shards as pieces, a function of the input size
-            return [], opts.stats_file or files[0] + ".stats.json"
+            return [], stats
     if not shards and opts.mode == "streaming" and len(files) == 1 and opts.num_workers > 1:
         shards = opts.num_workers  # one shard per worker unless told otherwise
     if shards:
@@ -90,16 +98,14 @@ def output_paths(opts):
             raise BertError("--output_shards: give one --output_file (the shard name prefix)")
         prefix = files[0]
         paths = [f"{prefix}-{s:05d}-of-{shards:05d}" for s in range(shards)]
-        stats = opts.stats_file or prefix + ".stats.json"
     else:
         paths = files
-        stats = opts.stats_file or files[0] + ".stats.json"
     if len(set(paths)) != len(paths):
         raise BertError("--output_file: the same file is named twice")
     return paths, stats
 
 
-def _resolve_vocab(opts, input_files, stats_path):
+def _resolve_vocab(opts, input_files, prefix):
     """Path of the vocab to use (learning one if asked) and whether this run created it."""
     if opts.vocab_file and writer_lib.exists(opts.vocab_file):
         return opts.vocab_file, False
@@ -110,15 +116,20 @@ def _resolve_vocab(opts, input_files, stats_path):
         raise BertError("--vocab_file: required (or --learn_vocab_size=N to learn one from the input)")
     if not input_files:
         raise BertError("--learn_vocab_size: learning a vocab needs --input_file text files")
-    path = opts.vocab_file or stats_path[:-len(".stats.json")] + ".vocab.txt"
+    path = opts.vocab_file or guard.sidecar_path(prefix, "vocab.txt")
     try:
         from bert_tf.tokenization.vocab_builder import learn_vocab
     except ImportError:
         raise BertError("--learn_vocab_size: bert_tf.tokenization.vocab_builder is not available") from None
     print(f"learning a {opts.learn_vocab_size}-token vocab from {len(input_files)} file(s) "
           f"into {path}", file=sys.stderr)
-    learn_vocab(input_files, path, vocab_size=opts.learn_vocab_size,
-                do_lower_case=opts.do_lower_case)
+    tokens = learn_vocab(input_files, path, vocab_size=opts.learn_vocab_size,
+                         do_lower_case=opts.do_lower_case)
+    legacy = guard.legacy_sidecar_path(prefix, "vocab.txt")
+    if opts.resume and not opts.vocab_file and writer_lib.exists(legacy):
+        # An older version's learned vocab beside the data (it breaks '<output_file>*' globs).
+        if writer_lib.read_text(legacy) == "".join(t + "\n" for t in tokens):
+            writer_lib.remove_quietly(legacy)
     return path, True
 
 
@@ -131,9 +142,9 @@ def _check_bert_config(opts, vocab_size):
         raise BertError(f"--max_seq_length: {opts.max_seq_length} is larger than "
                         f"max_position_embeddings {config.max_position_embeddings} "
                         f"of {opts.bert_config_file}")
-    if vocab_size > config.vocab_size:
-        raise BertError(f"--vocab_file: {vocab_size} tokens, but {opts.bert_config_file} has "
-                        f"vocab_size {config.vocab_size}")
+    from bert_tf.tokenization.vocab_check import check_vocab_count
+    check_vocab_count(vocab_size, config.vocab_size, opts.vocab_file or "--vocab_file",
+                      opts.bert_config_file)
 
 
 def run(opts):
@@ -151,18 +162,32 @@ def run(opts):
                 raise BertError(f"--input_file {input_files[0]}: the file is empty")
             raise BertError(f"--input_file: all {len(input_files)} input files are empty: "
                             f"{describe_files(input_files)}")
-    writer_lib.check_writable(paths + [stats_path])
-    vocab_path, learned = _resolve_vocab(opts, input_files, stats_path)
-    try:
-        if opts.mode == "original":
-            return _run_original(opts, input_files, paths, stats_path, vocab_path, start)
-        if opts.mode == "beam":
-            return _run_beam(opts, input_files, paths, stats_path, vocab_path, start)
-        return _run_streaming(opts, input_files, paths, stats_path, vocab_path, start)
-    except BaseException:
-        if learned:
-            writer_lib.remove_quietly(vocab_path)
-        raise
+    prefix = output_prefix(opts)
+    lock_path = guard.sidecar_path(prefix, "lock")
+    writer_lib.check_writable(paths + [stats_path, lock_path])
+    # SIGTERM/SIGINT: a clean stop (guard.Interrupted, exit 75 in the command); the lock keeps
+    # a second run, or a --resume racing a stopping one, off these files.
+    with guard.stop_on_signals() as stop, guard.OutputLock(lock_path, prefix):
+        try:
+            vocab_path, learned = _resolve_vocab(opts, input_files, prefix)
+            try:
+                if opts.mode == "original":
+                    return _run_original(opts, input_files, paths, stats_path, vocab_path, start)
+                if opts.mode == "beam":
+                    return _run_beam(opts, input_files, paths, stats_path, vocab_path, start)
+                return _run_streaming(opts, input_files, paths, stats_path, vocab_path, start,
+                                      stop)
+            except BaseException:
+                if learned:
+                    writer_lib.remove_quietly(vocab_path)
+                raise
+        except BaseException as e:
+            if not (stop.signum or isinstance(e, KeyboardInterrupt)):
+                raise
+            if isinstance(e, guard.Interrupted) and e.message != "interrupted":
+                raise  # the mode's own line (streaming counts its shards)
+            line = guard.interrupted_line(opts.mode, 0, len(paths))
+            raise guard.Interrupted(stop.signum, line) from None
 
 
 def _report(opts, stats, paths, stats_path, start, extra):
@@ -258,7 +283,7 @@ def _run_beam(opts, input_files, paths, stats_path, vocab_path, start):
         from bert_tf.pretraining_data import beam as beam_lib
     except ImportError as e:
         raise BertError(f"--runner: apache-beam is not installed ({e}); "
-                        "pip install -c constraints.txt -e '.[beam]'") from None
+                        "pip install \"bert_tf[beam]\"") from None
     finally:
         if quiet:
             beam_logger.setLevel(logging.WARNING)
@@ -272,11 +297,11 @@ def _run_beam(opts, input_files, paths, stats_path, vocab_path, start):
         total = beam_lib.run(cfg, tasks, partial, runner, opts.beam_args)
         if total.instances == 0:
             raise BertError(f"--input_file: no text found in {opts.input_file!r}")
-    except Exception as e:
+    except BaseException as e:
         for p in written:  # nothing half-made is left: finished shards and workers' temp files
             writer_lib.remove_quietly(p)
             writer_lib.remove_stale_tmps(p)
-        if isinstance(e, BertError) and "[while running" not in str(e):
+        if not isinstance(e, Exception) or (isinstance(e, BertError) and "[while running" not in str(e)):
             raise
         raise BertError(_beam_error(e, runner)) from None
     finally:
@@ -287,7 +312,7 @@ def _run_beam(opts, input_files, paths, stats_path, vocab_path, start):
                     "peak_rss_mb": {"writer": round(workers_lib.peak_rss_mb(), 1), "workers": None}})
 
 
-def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
+def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start, stop):
     num_shards = len(paths)
     cfg = _stream_config(opts, vocab_path)
     if opts.tfds_dataset:
@@ -299,14 +324,20 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
     fingerprint = _fingerprint(opts, input_files, vocab_path, num_shards)
 
     done = {}  # shard -> stats dict
+    writer_lib.remove_stale_tmps(stats_path)
     journal_existed = writer_lib.exists(stats_path)
+    journal = stats_path
+    legacy = guard.legacy_sidecar_path(output_prefix(opts), "stats.json")
+    legacy = legacy if not opts.stats_file and writer_lib.exists(legacy) else None
+    if opts.resume and not journal_existed and legacy:
+        journal, journal_existed = legacy, True  # an older version's journal, beside the data
     if opts.resume and journal_existed:
         try:
-            previous = json.loads(writer_lib.read_text(stats_path))
+            previous = json.loads(writer_lib.read_text(journal))
         except ValueError:
-            raise BertError(f"--resume: {stats_path} is not valid JSON; delete it to start over") from None
+            raise BertError(f"--resume: {journal} is not valid JSON; delete it to start over") from None
         if previous.get("config") != fingerprint:
-            raise BertError(f"--resume: {stats_path} was made with other flags, inputs or vocab; "
+            raise BertError(f"--resume: {journal} was made with other flags, inputs or vocab; "
                             "use the same ones, or drop --resume to start over")
         for key, shard_stats in previous.get("shards", {}).items():
             if writer_lib.exists(paths[int(key)]):
@@ -327,6 +358,8 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
                 "vocab_file": vocab_path, "config": fingerprint,
                 "shards": {str(k): done[k] for k in sorted(done)}}
         writer_lib.write_text_atomic(stats_path, dumps(data))
+        if legacy and not journal_written:  # moved out of the data's way
+            writer_lib.remove_quietly(legacy)
         journal_written.append(True)
         return data
 
@@ -352,12 +385,14 @@ def _run_streaming(opts, input_files, paths, stats_path, vocab_path, start):
         progress.close()
         for t in todo:  # temp files of stopped workers
             writer_lib.remove_stale_tmps(t.output)
-        if not isinstance(e, KeyboardInterrupt):
-            # Errors leave nothing behind; an interrupted run keeps finished shards for --resume.
-            for t in todo:
-                writer_lib.remove_quietly(t.output)
-            if journal_written and not journal_existed:
-                writer_lib.remove_quietly(stats_path)
+        if isinstance(e, KeyboardInterrupt) or stop.signum:
+            # Finished shards stay, recorded in the journal (written as each one finished).
+            line = guard.interrupted_line(opts.mode, len(done), num_shards)
+            raise guard.Interrupted(stop.signum, line) from None
+        for t in todo:  # errors leave nothing behind
+            writer_lib.remove_quietly(t.output)
+        if journal_written and not journal_existed:
+            writer_lib.remove_quietly(stats_path)
         raise
     data = write_journal(True)
     return _report(opts, total, paths, stats_path, start,

@@ -3,13 +3,18 @@
 Workers are plain Python processes (forked when TensorFlow is not loaded, spawned otherwise).
 Each makes whole shards (`streaming.run_shard`) and writes its shard file itself; the parent
 gets progress counts, each shard's stats and the worker's peak memory through a queue.
+Workers die with the parent (`guard.die_with_parent`); on a stop signal the parent sends
+them SIGTERM, each removes its temp file, and every shard they renamed into place is
+reported (rename and report are one step, `guard.signals_held`).
 """
+import os
 import queue as queue_lib
 import sys
 import time
 import traceback
 
 from bert_tf import BertError
+from bert_tf.pretraining_data.guard import Interrupted, die_with_parent, signals_held
 from bert_tf.pretraining_data.streaming import run_shard
 from bert_tf.pretraining_data.writer import RecordFile
 from bert_tf.tokenization import IdTokenizer
@@ -53,7 +58,7 @@ def keep_freed_memory():
     mallopt(m_mmap_threshold, 32 << 20)  # glibc's maximum on 64-bit
 
 
-def write_shard(task, cfg, tokenizer, report):
+def write_shard(task, cfg, tokenizer, report, done=None):
     """Make shard `task` into `task.output` (temp name, renamed when complete); returns its
     Stats. `report` gets ("progress", shard, records, docs, bytes) per block written.
 
@@ -62,6 +67,9 @@ def write_shard(task, cfg, tokenizer, report):
         cfg: the `StreamConfig`.
         tokenizer: an `IdTokenizer` for cfg's vocab.
         report: called with each progress message.
+        done: None, or a function giving the peak RSS (or None) for a ("done", shard,
+            stats_dict, peak_rss_mb) message that `report` gets together with the rename: a
+            stop signal cannot fall between them (`guard.signals_held`).
     """
     f = RecordFile(task.output)
     try:
@@ -70,26 +78,34 @@ def write_shard(task, cfg, tokenizer, report):
             report(("progress",) + message[1:2] + message[3:])
 
         stats = run_shard(task, cfg, tokenizer, send)
-        f.commit()
+        with signals_held():
+            f.commit()
+            if done is not None:
+                report(("done", task.index, stats.to_dict(), done()))
     except BaseException:
         f.abort()
         raise
     return stats
 
 
-def _worker_main(cfg, task_queue, result_queue):
-    keep_freed_memory()
-    tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
-    while True:
-        task = task_queue.get()
-        if task is None:
-            return
-        try:  # the worker writes its shard itself: records never cross the pipe
-            stats = write_shard(task, cfg, tokenizer, result_queue.put)
-            result_queue.put(("done", task.index, stats.to_dict(), peak_rss_mb()))
-        except BaseException as e:  # report, then stop: the parent aborts the run
-            result_queue.put(("error", task.index, _one_line(e)))
-            return
+def _worker_main(cfg, task_queue, result_queue, parent_pid):
+    die_with_parent(parent_pid)  # no orphan keeps writing shards after a kill of the run
+    try:
+        keep_freed_memory()
+        tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
+        while True:
+            task = task_queue.get()
+            if task is None:
+                return
+            try:  # the worker writes its shard itself: records never cross the pipe
+                write_shard(task, cfg, tokenizer, result_queue.put, done=peak_rss_mb)
+            except Interrupted:
+                raise
+            except BaseException as e:  # report, then stop: the parent aborts the run
+                result_queue.put(("error", task.index, _one_line(e)))
+                return
+    except Interrupted as e:  # stopped (its temp file is gone); queued messages still go out
+        sys.exit(128 + e.signum)
 
 
 def start_method():
@@ -119,12 +135,11 @@ def run_tasks(tasks, cfg, num_workers, on_message):
         tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
         for task in tasks:
             try:
-                stats = write_shard(task, cfg, tokenizer, on_message)
+                write_shard(task, cfg, tokenizer, on_message, done=lambda: None)
             except BertError:
                 raise
             except Exception as e:
                 raise BertError(_one_line(e)) from e
-            on_message(("done", task.index, stats.to_dict(), None))
         return
 
     import multiprocessing
@@ -139,32 +154,39 @@ def run_tasks(tasks, cfg, num_workers, on_message):
         task_queue.put(None)
     try:
         for _ in range(min(num_workers, len(tasks))):
-            p = ctx.Process(target=_worker_main, args=(cfg, task_queue, result_queue), daemon=True)
+            p = ctx.Process(target=_worker_main, args=(cfg, task_queue, result_queue, os.getpid()),
+                            daemon=True)
             p.start()
             workers.append(p)
         remaining = {t.index for t in tasks}
+        quiet = 0  # polls without a message since a worker was seen dead
         while remaining:
-            try:
-                message = result_queue.get(timeout=1.0)
-            except queue_lib.Empty:
-                dead = [p for p in workers if not p.is_alive() and p.exitcode not in (0, None)]
-                if dead or not any(p.is_alive() for p in workers):
-                    # Drain what is left before concluding a worker died silently.
-                    try:
-                        message = result_queue.get(timeout=1.0)
-                    except queue_lib.Empty:
-                        codes = ", ".join(str(p.exitcode) for p in workers)
-                        raise BertError(f"--num_workers: a worker process died (exit codes {codes}); "
-                                        "out of memory?") from None
-                else:
+            # A message taken off the queue is handled whole: a stop signal waits (<= 0.1 s).
+            with signals_held():
+                try:
+                    message = result_queue.get(timeout=0.1)
+                except queue_lib.Empty:
+                    message = None
+                if message is not None:
+                    quiet = 0
+                    if message[0] == "error":
+                        raise BertError(message[2])
+                    on_message(message)
+                    if message[0] == "done":
+                        remaining.discard(message[1])
                     continue
-            if message[0] == "error":
-                raise BertError(message[2])
-            on_message(message)
-            if message[0] == "done":
-                remaining.discard(message[1])
+            dead = [p for p in workers if not p.is_alive() and p.exitcode not in (0, None)]
+            if dead or not any(p.is_alive() for p in workers):
+                quiet += 1  # drain what is left before concluding a worker died silently
+                if quiet >= 10:
+                    codes = ", ".join(str(p.exitcode) for p in workers)
+                    raise BertError(f"--num_workers: a worker process died (exit codes {codes}); "
+                                    "out of memory?")
         for p in workers:
             p.join(timeout=10)
+    except BaseException:
+        _stop(workers, result_queue, on_message)
+        raise
     finally:
         for p in workers:
             if p.is_alive():
@@ -173,6 +195,26 @@ def run_tasks(tasks, cfg, num_workers, on_message):
             p.join(timeout=5)
         task_queue.cancel_join_thread()
         result_queue.cancel_join_thread()
+
+
+def _stop(workers, result_queue, on_message, timeout=5.0):
+    """Stops the workers (SIGTERM: each removes its temp file and exits) and passes on the
+    "done" of every shard they finished meanwhile, so that all shards on disk are reported."""
+    for p in workers:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            message = result_queue.get(timeout=0.02)
+        except queue_lib.Empty:
+            if not any(p.is_alive() for p in workers):
+                return  # all exited, the queue is drained
+            continue
+        except (OSError, EOFError, ValueError):  # a message cut by a killed worker
+            return
+        if message[0] == "done":
+            on_message(message)
 
 
 class Progress:

@@ -22,7 +22,7 @@ def _crc_fn():
         import google_crc32c
     except ImportError:  # pinned by the project; name the fix all the same
         raise BertError("writing TFRecords needs google-crc32c "
-                        "(pip install -c constraints.txt google-crc32c==1.9.0)") from None
+                        "(pip install google-crc32c)") from None
     return google_crc32c.value
 
 
@@ -160,6 +160,9 @@ def write_text_atomic(path, text):
     except OSError as e:
         remove_quietly(tmp)
         raise BertError(f"{path}: cannot write ({e.strerror})") from None
+    except BaseException:  # a stop signal in between: no temp file is left
+        remove_quietly(tmp)
+        raise
     return path
 
 
