@@ -22,9 +22,18 @@ INSTALL_REQUIRES = [
 
 EXTRAS = {
     "test": ["pytest>=8"],
-    # Interop tests/benchmarks only, never imported by bert_tf at module level. pip cannot
-    # resolve tf-models-official with the pinned stack in one go: use `make peers`, which
-    # installs it with --no-deps after the rest (constraints-peers.txt).
+    # Peers, imported lazily by the converters that need them. `pip install
+    # "bert_tf[keras-hub]"` resolves in one command. tf-models-official cannot (its
+    # tensorflow-model-optimization needs absl-py~=1.2 or numpy<2): install the model-garden
+    # extra, then `pip install --no-deps tf-models-official==2.20.0
+    # tensorflow-model-optimization==0.8.1` (the hint bert_tf's error gives).
+    "keras-hub": ["keras-hub>=0.32", "kagglehub>=1.0", "kagglesdk>=0.1.28"],
+    "model-garden": ["tf_keras>=2.20,<2.21", "tensorflow-hub>=0.16", "gin-config>=0.5",
+                     "pyyaml>=6", "sentencepiece>=0.2", "tf-slim>=1.1", "scipy>=1.13",
+                     "pandas>=2", "seqeval>=1.2", "sacrebleu>=2", "immutabledict>=4",
+                     "kaggle>=1.6,<2.2.5", "opencv-python-headless>=4", "pycocotools>=2",
+                     "py-cpuinfo>=9", "psutil>=5"],
+    # Everything the interop tests and benchmarks use (with `make peers` in the checkout).
     "peers": ["keras-hub>=0.32", "tokenizers>=0.23", "tensorflow-hub>=0.16",
               "tf_keras>=2.20,<2.21", "kagglehub>=1.0", "kagglesdk>=0.1.28"],
     "beam": ["apache-beam>=2.77"],

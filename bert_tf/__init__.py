@@ -27,12 +27,25 @@ class BertError(ValueError):
     """User-facing error: its message is one line naming the file/flag and what is wrong."""
 
 
+# Subpackages reachable as attributes after `import bert_tf` (`bert_tf.export.load_as_keras_model`),
+# imported on first use: most import TensorFlow.
+SUBMODULES = ("commands", "convert", "demo", "export", "fileio", "modeling", "pretrained",
+              "pretraining_data", "script_flags", "tasks", "tokenization", "training")
+
+
 def __getattr__(name):
     # Lazy: bert_tf.pretrained imports TensorFlow.
     if name == "from_pretrained":
         from bert_tf.pretrained import from_pretrained
         return from_pretrained
+    if name in SUBMODULES:
+        import importlib
+        return importlib.import_module(f"bert_tf.{name}")
     raise AttributeError(f"module 'bert_tf' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(SUBMODULES) | {"from_pretrained"})
 
 
 # ---- Keras registration without importing Keras -------------------------------------------
@@ -47,7 +60,7 @@ SERIALIZABLE = {
     "bert_tf.modeling.encoder": ("BertEncoder",),
     "bert_tf.modeling.heads": ("MaskedLMHead", "DenseLogitsHead"),
     "bert_tf.modeling.models": ("BertPretrainer", "BertClassifier", "BertSpanLabeler",
-                                "BertTokenClassifier"),
+                                "BertTokenClassifier", "BertEmbedder"),
     "bert_tf.tokenization.text_graph": ("BertPreprocessingLayer",),
     "bert_tf.training.optimization": ("WarmupLinearDecay", "AdamWeightDecay", "Lamb", "AdamW"),
     "bert_tf.pretrained": ("BertTextModel",),

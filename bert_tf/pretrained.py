@@ -29,13 +29,13 @@ keras-hub's `BertTextClassifier.from_preset`, and `model.save("m.keras")` reload
 >>> clf.fit(["a fine film", "a dull film"], [1, 0])                    # doctest: +SKIP
 """
 import dataclasses
+import json
 import os
 import posixpath
 import re
 
 import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras is imported)
 import keras
-import numpy as np
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
@@ -43,10 +43,12 @@ from bert_tf.convert import checkpoints, detect
 from bert_tf.modeling import models as bm
 from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder
+from bert_tf.modeling.keras_data import KerasConventions
 from bert_tf.tokenization.text_graph import BertPreprocessingLayer
 
 TASKS = {None: BertEncoder, "pretraining": bm.BertPretrainer, "classification": bm.BertClassifier,
-         "span": bm.BertSpanLabeler, "tagging": bm.BertTokenClassifier}
+         "span": bm.BertSpanLabeler, "tagging": bm.BertTokenClassifier,
+         "embeddings": bm.BertEmbedder}
 _MG_ACTIVATIONS = {"gelu": "gelu", "exact_gelu": "gelu_exact", "relu": "relu", "tanh": "tanh",
                    "swish": "swish"}
 
@@ -64,6 +66,8 @@ class PretrainedSource:
             the original has no flag for (some keras-hub / HF ones).
         weights: TF1-named arrays for the formats read that way, else None (loaded by
             `checkpoints.load_detected`).
+        casing_from: where the casing came from: "source" (recorded in it), "name" (the
+            original release's naming), "argument", or None (the original's default, True).
     """
     detected: detect.Detected
     bert_config: BertConfig
@@ -71,6 +75,7 @@ class PretrainedSource:
     do_lower_case: bool
     strip_accents: bool
     weights: dict = None
+    casing_from: str = None
 
 
 def _file(directory, name):
@@ -157,7 +162,7 @@ def read_pretrained(path, bert_config_file=None, vocab_file=None, do_lower_case=
     """
     det = detect.detect(path)
     d, cfg, vocab, casing, weights = det.directory, None, None, None, None
-    if det.format in ("model_garden", "tfhub", "keras_hub", "bert_tf_export"):
+    if det.format in ("model_garden", "tfhub", "keras_hub", "bert_tf_export", "keras"):
         cfg, weights, vocab, casing = detect.read_weights(det)
     if det.format in ("tf1", "bert_tf", "model_garden") and _file(d, "bert_config.json"):
         cfg = BertConfig.from_json_file(_file(d, "bert_config.json"))
@@ -182,37 +187,38 @@ def read_pretrained(path, bert_config_file=None, vocab_file=None, do_lower_case=
         raise BertError(f"{det.path}: no bert_config.json beside the checkpoint: pass "
                         f"bert_config_file=...")
     vocab = os.fspath(vocab_file) if vocab_file is not None else vocab or _file(d, "vocab.txt")
+    if vocab is not None:  # before any weights are read
+        from bert_tf.tokenization import check_vocab_size
+        check_vocab_size(vocab, cfg.vocab_size, bert_config_file or det.path)
+    casing_from = None if casing is None else "source"
     if do_lower_case is not None:
-        casing = (bool(do_lower_case), bool(do_lower_case))
+        casing, casing_from = (bool(do_lower_case), bool(do_lower_case)), "argument"
     if casing is None:
         lower = casing_from_name(det.path)
+        casing_from = None if lower is None else "name"
         casing = (True, True) if lower is None else (lower, lower)  # the original's default
-    return PretrainedSource(det, cfg, vocab, casing[0], casing[1], weights)
-
-
-def _to_text(x):
-    """Python lists / NumPy arrays of str (or a tuple of two: sentence pairs) -> tf.string."""
-    if isinstance(x, tuple) and len(x) == 2 and not isinstance(x[0], (str, bytes)):
-        return tuple(_to_text(t) for t in x)
-    if isinstance(x, (list, np.ndarray)):
-        return tf.constant(np.asarray(x, dtype=object).astype(str).tolist(), tf.string)
-    return x
+    return PretrainedSource(det, cfg, vocab, casing[0], casing[1], weights, casing_from)
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
-class BertTextModel(keras.Model):
+class BertTextModel(KerasConventions, keras.Model):
     """A task model (or encoder) with the in-graph tokenizer in front: strings in.
 
     Input: a string batch [B], or a tuple of two (sentence pairs: `[CLS] a [SEP] b [SEP]`).
     Output: the task model's `logits` tensor for classification / tagging (so `fit(texts,
-    labels)` works as in keras-hub), otherwise its output dict. `fit`, `evaluate` and
-    `predict` also take Python lists (or a tuple of two lists) of strings.
+    labels)` works as in keras-hub), the `embedding` tensor for embeddings, otherwise its
+    output dict. `fit`, `evaluate`, `predict`, `validation_data` and direct calls take Python
+    lists or arrays (a tuple of two lists for pairs; labels as lists or arrays), and
+    `export(path)` writes the text-in TF Serving SavedModel
+    (`bert_tf.export.keras_export.export_model`).
 
     Args:
         preprocessor: a `BertPreprocessingLayer` (vocab, casing, seq_length).
         model: a `BertEncoder` or `bert_tf.modeling.models` task model.
         **kwargs: `keras.Model` arguments.
     """
+
+    _text_input = True
 
     def __init__(self, preprocessor, model, **kwargs):
         super().__init__(**kwargs)
@@ -238,42 +244,9 @@ class BertTextModel(keras.Model):
         out = self.model(self.preprocessor(texts), training=training)
         if isinstance(self.model, (bm.BertClassifier, bm.BertTokenClassifier)):
             return out["logits"]
+        if isinstance(self.model, bm.BertEmbedder):
+            return out["embedding"]
         return out
-
-    def fit(self, x=None, y=None, *args, **kwargs):
-        """`keras.Model.fit`; x (and validation_data's) may be lists of strings.
-
-        Args:
-            x: strings (list, NumPy array, tensor), a tuple of two for pairs, or a dataset.
-            y: labels.
-            *args: `keras.Model.fit` arguments.
-            **kwargs: its keyword arguments.
-        """
-        if isinstance(kwargs.get("validation_data"), tuple):
-            val = kwargs["validation_data"]
-            kwargs["validation_data"] = (_to_text(val[0]),) + tuple(val[1:])
-        return super().fit(_to_text(x), y, *args, **kwargs)
-
-    def evaluate(self, x=None, y=None, *args, **kwargs):
-        """`keras.Model.evaluate`; x may be lists of strings.
-
-        Args:
-            x: as for `fit`.
-            y: labels.
-            *args: `keras.Model.evaluate` arguments.
-            **kwargs: its keyword arguments.
-        """
-        return super().evaluate(_to_text(x), y, *args, **kwargs)
-
-    def predict(self, x, *args, **kwargs):
-        """`keras.Model.predict`; x may be lists of strings.
-
-        Args:
-            x: as for `fit`.
-            *args: `keras.Model.predict` arguments.
-            **kwargs: its keyword arguments.
-        """
-        return super().predict(_to_text(x), *args, **kwargs)
 
     def get_config(self):
         return {"preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
@@ -288,7 +261,74 @@ class BertTextModel(keras.Model):
         return cls(**config)
 
 
-def _task_model(task, cfg, num_classes):
+# sentence-transformers' Pooling modes bert_tf has (the pooler is BERT's, "cls").
+_ST_POOLING = {"pooling_mode_cls_token": "cls_token", "pooling_mode_mean_tokens": "mean"}
+_ST_OTHER = ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
+             "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
+
+
+def sentence_transformers_pooling(directory, read_pooling=True):
+    """(pooling, normalize) a sentence-transformers model declares, else (None, False).
+
+    Reads `modules.json` (the Pooling module's folder, and normalize when it lists a
+    `sentence_transformers.models.Normalize`) and the Pooling folder's `config.json`
+    (`pooling_mode_cls_token` -> "cls_token", the [CLS] vector without BERT's pooler, as
+    sentence-transformers pools; `pooling_mode_mean_tokens` -> "mean"). The model's own
+    folder is looked at, then its parent (models whose transformer is in `0_Transformer/`).
+
+    Args:
+        directory: the checkpoint's directory (None: nothing to read).
+        read_pooling: False skips the Pooling config (pooling given explicitly).
+    """
+    if not directory:
+        return None, False
+    here = directory.rstrip("/\\")
+    for d in filter(None, (here, posixpath.dirname(here))):
+        modules_file, folder, normalize = _file(d, "modules.json"), "1_Pooling", False
+        modules = _st_modules(modules_file) if modules_file else []
+        if d != here and posixpath.basename(here) not in [
+                m.get("path") for m in modules if str(m.get("type")).endswith(".Transformer")]:
+            break  # the parent is not this model's sentence-transformers folder
+        if modules_file:
+            for m in modules:
+                kind = str(m.get("type", ""))
+                if kind.endswith(".Pooling") and m.get("path"):
+                    folder = m["path"]
+                normalize = normalize or kind.endswith(".Normalize")
+        config_file = _file(d, f"{folder}/config.json") if read_pooling else None
+        if config_file is None:
+            if modules_file:
+                return None, normalize
+            continue
+        conf = fileio.read_json(config_file)
+        modes = [k for k in (*_ST_POOLING, *_ST_OTHER) if isinstance(conf, dict) and conf.get(k)]
+        if len(modes) != 1 or modes[0] not in _ST_POOLING:
+            raise BertError(f"{config_file}: pooling {' + '.join(modes) or '(none)'} is not "
+                            f"supported (bert_tf pools with {' or '.join(_ST_POOLING)}; pass "
+                            f"pooling=... to choose)")
+        return _ST_POOLING[modes[0]], normalize
+    return None, False
+
+
+def _st_modules(path):
+    try:
+        modules = json.loads(fileio.read_text(path))
+    except ValueError:
+        modules = None
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise BertError(f"{path}: expected a list of modules")
+    return modules
+
+
+def _task_model(task, cfg, num_classes, pooling=None, normalize=False):
+    if task != "embeddings" and (pooling is not None or normalize):
+        raise BertError(f"pooling / normalize are only for task='embeddings', not task={task!r}")
+    if task == "embeddings":
+        if num_classes is not None:
+            raise BertError("num_classes is only for task='classification' or 'tagging', not "
+                            "task='embeddings'")
+        return bm.BertEmbedder.from_bert_config(cfg, pooling=pooling or "cls",
+                                                normalize=normalize)
     if task not in TASKS:
         raise BertError(f"task={task!r}: expected one of "
                         f"{', '.join(repr(t) for t in TASKS)}")
@@ -306,7 +346,8 @@ def _task_model(task, cfg, num_classes):
 
 
 def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_length=128, *,
-                    bert_config_file=None, vocab_file=None, do_lower_case=None):
+                    bert_config_file=None, vocab_file=None, do_lower_case=None, pooling=None,
+                    normalize=None):
     """A built Keras model holding the weights of any BERT checkpoint bert_tf reads.
 
     Args:
@@ -314,8 +355,11 @@ def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_len
             keras-hub preset, a Model Garden checkpoint (directory or prefix), a TF Hub or
             bert_tf SavedModel, or one of our training output directories.
         task: None (the BertEncoder), "pretraining" (BertPretrainer), "classification"
-            (BertClassifier), "span" (BertSpanLabeler) or "tagging" (BertTokenClassifier).
-            Heads the checkpoint lacks keep their initialisation (logged).
+            (BertClassifier), "span" (BertSpanLabeler), "tagging" (BertTokenClassifier) or
+            "embeddings" (BertEmbedder: one vector per input, pooled and normalised as a
+            sentence-transformers directory's `1_Pooling/config.json` and `modules.json`
+            say, else BERT's pooler output). Heads the checkpoint lacks keep their
+            initialisation (logged).
         num_classes: int, for "classification" and "tagging".
         text_input: put the in-graph tokenizer in front (`BertTextModel`); classification
             and tagging models come compiled as keras-hub's (Adam 5e-5, sparse categorical
@@ -323,6 +367,9 @@ def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_len
         seq_length: int, what text input is packed (and truncated) to.
         bert_config_file, vocab_file, do_lower_case: keyword-only overrides (see
             `read_pretrained`).
+        pooling: task="embeddings": "cls" (the pooler), "cls_token" (the [CLS] vector) or
+            "mean" (masked mean); overrides the source's sentence-transformers config.
+        normalize: task="embeddings": L2-normalise (overrides the source's).
 
     Returns:
         The model (the encoder or task model, or a `BertTextModel` with text_input).
@@ -332,12 +379,19 @@ def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_len
             vocab, a bad task / num_classes, a config that does not fit the weights.
     """
     src = read_pretrained(path, bert_config_file, vocab_file, do_lower_case)
-    model = _task_model(task, src.bert_config, num_classes)
+    if task == "embeddings":
+        st_pooling, st_normalize = sentence_transformers_pooling(src.detected.directory,
+                                                                 read_pooling=pooling is None)
+        pooling = pooling or st_pooling
+        normalize = st_normalize if normalize is None else bool(normalize)
+    model = _task_model(task, src.bert_config, num_classes, pooling, normalize)
     bm.build_model(model)
+    # An embedder's only weights are its encoder's.
+    target = model.encoder if isinstance(model, bm.BertEmbedder) else model
     if src.weights is not None:
-        checkpoints.load_tf1_weights(model, src.weights, src.detected.path)
+        checkpoints.load_tf1_weights(target, src.weights, src.detected.path)
     else:
-        checkpoints.load_detected(model, src.detected)
+        checkpoints.load_detected(target, src.detected)
     if not text_input:
         return model
     return text_model(model, src, seq_length)
@@ -360,9 +414,8 @@ def text_model(model, source, seq_length=128):
                         f"{cfg.max_position_embeddings}]")
     pre = BertPreprocessingLayer(source.vocab_file, source.do_lower_case, int(seq_length),
                                  strip_accents=source.strip_accents, name="preprocessor")
-    if len(pre.vocabulary) > cfg.vocab_size:
-        raise BertError(f"{source.vocab_file}: {len(pre.vocabulary)} tokens but the model's "
-                        f"vocab_size is {cfg.vocab_size} (wrong vocab for this checkpoint?)")
+    from bert_tf.tokenization.vocab_check import check_vocab_count
+    check_vocab_count(len(pre.vocabulary), cfg.vocab_size, source.vocab_file, where)
     out = BertTextModel(pre, model, name=f"{model.name}_text")
     out.build()
     if isinstance(model, (bm.BertClassifier, bm.BertTokenClassifier)):

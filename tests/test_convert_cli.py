@@ -241,7 +241,8 @@ def test_cli_errors_are_one_line_and_write_nothing(source, sources, tmp_path, mo
     shutil.copytree(sources["hf"], no_vocab)
     os.remove(os.path.join(no_vocab, "vocab.txt"))
     cases = [
-        (("tf1", enc_prefix, "hf", out), common, "use --model=encoder"),
+        (("tf1", enc_prefix, "hf", out), dict(common, model="pretrainer"),
+         "pass --model=encoder"),
         (("onnx", prefix, "hf", out), common, "--from: unknown format 'onnx'"),
         (("tf1", prefix, "savedmodel2", out), common, "--to: unknown format 'savedmodel2'"),
         (("tf1", prefix, "tf1", out), dict(common, bert_config_file=None),

@@ -182,8 +182,8 @@ def test_hf_export_activation_labels_and_errors(tmp_path):
     assert config["id2label"] == {"0": "O", "1": "B-PER"} and config["label2id"]["B-PER"] == 1
     # Bad input: one line, and no output directory at all.
     short = tmp_path / "short.txt"
-    short.write_text("[PAD]\n[UNK]\n")
-    for kwargs, needle in [(dict(vocab_file=str(short)), "2 tokens but the model's vocab_size is 97"),
+    short.write_text("".join(f"w{i}\n" for i in range(200)))  # more lines than vocab_size
+    for kwargs, needle in [(dict(vocab_file=str(short)), "short.txt: 200 lines but the model has vocab_size 97"),
                            (dict(vocab_file=vocab, labels=["a"]), "1 given, the model has 2")]:
         target = str(tmp_path / "never")
         with pytest.raises(BertError) as err:

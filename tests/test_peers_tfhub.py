@@ -287,8 +287,8 @@ def test_tfhub_errors_are_one_line(env, tmp_path):
     shutil.copytree(env.mg_enc, bad)
     with open(os.path.join(bad, "assets", "vocab.txt"), "a", encoding="utf-8") as f:
         f.write("extra\n")
-    with pytest.raises(BertError, match=f"vocab asset has {len(VOCAB) + 1} tokens but the "
-                                        f"embedding table has {len(VOCAB)} rows"):
+    with pytest.raises(BertError, match=f"vocab.txt: {len(VOCAB) + 1} lines but .*bad_vocab has "
+                                        f"vocab_size {len(VOCAB)}"):
         tfhub.load_tfhub_encoder(bad)
     with pytest.raises(BertError, match="no BERT encoder variables"):
         tfhub.read_tfhub_encoder(env.pre)

@@ -325,10 +325,11 @@ def test_vocab_file_exports_text_in_models_for_serving(tmp_path, records, caplog
     common = dict(bert_config_file=str(config_file), input_file=pattern, do_train=True,
                   num_train_steps=2, num_warmup_steps=1, iterations_per_loop=2)
     # Bad vocabs fail before any step, and leave nothing behind.
-    for bad, want in ((tokens[:-1], r"63 tokens but .* has vocab_size 64"),
-                      ([t for t in tokens if t != "[MASK]"] + ["w59"], r"no \[MASK\] token")):
+    for bad, want in ((tokens + ["w64"], r".*bad_vocab.txt: 65 lines but .* has vocab_size 64"),
+                      ([t for t in tokens if t != "[MASK]"] + ["w59"],
+                       r"--vocab_file=.*: no \[MASK\] token")):
         out = tmp_path / "bad"
-        with pytest.raises(bert_tf.BertError, match=r"^--vocab_file=.*: " + want):
+        with pytest.raises(bert_tf.BertError, match=r"^" + want):
             run_pretraining(_options(output_dir=str(out), vocab_file=_vocab(
                 tmp_path / "bad_vocab.txt", bad), **common))
         assert not out.exists()

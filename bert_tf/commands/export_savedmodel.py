@@ -5,6 +5,8 @@ r"""Export a BERT checkpoint as SavedModels (preprocessor / encoder / end-to-end
       --export_base=export --model_name=bert_fill_mask          # export/bert_fill_mask/<next>/
 
   --kind=preprocessor|encoder with --export_dir=DIR writes the TF Hub-style pieces instead.
+  --init_checkpoint=clf.keras (any bert_tf model saved with `model.save`) exports that model
+  with its own task, config, vocab, casing and seq_length: no other flag is needed.
 (In the checkout, `python export_savedmodel.py` is the same command.) See export/README.md
 for serving the result.
 """
@@ -27,8 +29,9 @@ def define_flags():
         return
     _defined = True
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
-    flags.DEFINE_string("init_checkpoint", None, "Checkpoint to export (original TF1 or bert_tf). "
-                        "Random weights if unset.")
+    flags.DEFINE_string("init_checkpoint", None, "Checkpoint to export (any format "
+                        "from_pretrained reads), or a .keras file of a bert_tf model (exported "
+                        "with its own task, config and vocab). Random weights if unset.")
     flags.DEFINE_string("vocab_file", None, "vocab.txt the model was trained with.")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case (and strip accents from) the input text.")
     flags.DEFINE_enum("kind", "end_to_end", ["end_to_end", "encoder", "preprocessor"],
@@ -49,6 +52,12 @@ def define_flags():
     flags.DEFINE_integer("top_k", 5, "fill_mask: candidates per [MASK].")
     flags.DEFINE_integer("max_masks", 8, "fill_mask: [MASK] positions answered per text.")
     flags.DEFINE_integer("max_answer_length", 30, "span: longest answer in wordpieces.")
+    flags.DEFINE_enum("pooling", None, ["cls", "cls_token", "mean"], "embeddings: how the "
+                      "`embedding` output pools: cls (the pooler, = pooled_output), cls_token "
+                      "(the [CLS] vector) or mean (masked mean). Default: a .keras "
+                      "embedder's own, else cls.")
+    flags.DEFINE_bool("normalize", None, "embeddings: L2-normalise the `embedding` output "
+                      "(default: a .keras embedder's own, else no).")
     flags.DEFINE_bool("with_mlm", False, "--kind=encoder: also export the `mlm` sub-model "
                       "(mlm_logits), as Model Garden's TF Hub exports; loads the checkpoint's "
                       "masked-LM head.")
@@ -76,23 +85,90 @@ def build_model(cfg, task, num_labels):
     return ensure_built(common.TASK_MODEL_CLASSES[task](encoder, *args))
 
 
+def _explicit(name):
+    return FLAGS[name].present
+
+
+def export_keras_file():
+    """The export of a .keras --init_checkpoint: its own model, task and text settings; flags
+    that contradict the file are one-line errors."""
+    import keras
+    import tensorflow as tf
+    from bert_tf.export import keras_export
+    from bert_tf.export.serving import next_version
+    from bert_tf.export.common import join
+    from bert_tf.fileio import error_gist
+    from bert_tf.modeling.config import BertConfig
+    from bert_tf.modeling.models import find_encoder
+    from bert_tf.tokenization import vocab_tokens
+    path = FLAGS.init_checkpoint
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as e:  # Keras raises many types for a bad file
+        raise BertError(f"--init_checkpoint {path}: cannot load this .keras file "
+                        f"({error_gist(e)})") from None
+    inner, tokens, lower, _, _ = keras_export.unwrap(model)
+    own_task = keras_export.task_of(inner)
+    cfg = find_encoder(inner).bert_config
+    if FLAGS.bert_config_file and (BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
+                                   != cfg.to_dict()):
+        raise BertError(f"--bert_config_file {FLAGS.bert_config_file}: differs from the config "
+                        f"in {path} (leave it out)")
+    if tokens is not None and FLAGS.vocab_file and vocab_tokens(FLAGS.vocab_file) != tokens:
+        raise BertError(f"--vocab_file {FLAGS.vocab_file}: differs from the vocab in {path} "
+                        f"(leave it out)")
+    if tokens is not None and _explicit("do_lower_case") and FLAGS.do_lower_case != lower:
+        raise BertError(f"--do_lower_case={FLAGS.do_lower_case}: {path} was saved with "
+                        f"do_lower_case={lower}")
+    task = FLAGS.task if _explicit("task") else own_task
+    if task not in (own_task, "embeddings"):
+        raise BertError(f"--task={task}: {path} holds a {type(inner).__name__} ({own_task}); "
+                        f"leave --task out, or use --task=embeddings")
+    if FLAGS.kind == "encoder":
+        from bert_tf import export
+        return export.export_encoder(inner, FLAGS.export_dir)
+    vocab_file = FLAGS.vocab_file if tokens is None else None
+    if tokens is None and not vocab_file:
+        print(f"note: {path} is an ids-in model and no --vocab_file was given: the export "
+              f"takes ids (input_word_ids, input_mask, input_type_ids)", file=sys.stderr)
+    if FLAGS.export_base:
+        model_dir = join(FLAGS.export_base, FLAGS.model_name)
+        target = join(model_dir, str(FLAGS.version or next_version(model_dir)))
+        if FLAGS.version is not None and tf.io.gfile.exists(target):
+            raise BertError(f"{target}: version {FLAGS.version} already exists (versions are "
+                            f"immutable once served; pick another --version)")
+    else:
+        target = FLAGS.export_dir
+    return keras_export.export_model(
+        model, target, vocab_file=vocab_file,
+        do_lower_case=FLAGS.do_lower_case if vocab_file else None, task=task,
+        seq_length=FLAGS.seq_length if _explicit("seq_length") else None, labels=FLAGS.labels,
+        pooling=FLAGS.pooling, normalize=FLAGS.normalize, top_k=FLAGS.top_k,
+        max_masks=FLAGS.max_masks, max_answer_length=FLAGS.max_answer_length,
+        model_name=FLAGS.model_name if FLAGS.export_base else None, verbose=False)
+
+
 def run():
     """Writes the export the parsed flags ask for; returns its path."""
     from bert_tf import export
     from bert_tf.modeling.config import BertConfig
     from bert_tf.export import serving
+    from bert_tf.convert.handoff import fill_flags
+    fill_flags(FLAGS)  # --init_checkpoint supplies config, vocab and casing it carries
 
     if FLAGS.kind == "preprocessor":
         if not FLAGS.vocab_file or not FLAGS.export_dir:
             raise BertError("--kind=preprocessor: needs --vocab_file and --export_dir")
         return export.export_preprocessor(FLAGS.vocab_file, FLAGS.do_lower_case,
                                           FLAGS.export_dir, FLAGS.seq_length)
-    if not FLAGS.bert_config_file:
-        raise BertError("--bert_config_file: required")
     if bool(FLAGS.export_dir) == bool(FLAGS.export_base):
         raise BertError("--export_dir/--export_base: give exactly one")
     if FLAGS.kind == "encoder" and FLAGS.export_base:
         raise BertError("--export_base: only for --kind=end_to_end; use --export_dir")
+    if (FLAGS.init_checkpoint or "").endswith(".keras"):
+        return export_keras_file()
+    if not FLAGS.bert_config_file:
+        raise BertError("--bert_config_file: required")
     if FLAGS.kind == "end_to_end" and not FLAGS.vocab_file:
         raise BertError("--vocab_file: required for --kind=end_to_end")
     cfg = BertConfig.from_json_file(FLAGS.bert_config_file)
@@ -116,7 +192,8 @@ def run():
             with_mlm=FLAGS.with_mlm)
     kwargs = dict(task=task, seq_length=FLAGS.seq_length, labels=FLAGS.labels,
                   top_k=FLAGS.top_k, max_masks=FLAGS.max_masks,
-                  max_answer_length=FLAGS.max_answer_length)
+                  max_answer_length=FLAGS.max_answer_length, pooling=FLAGS.pooling,
+                  normalize=FLAGS.normalize)
     if FLAGS.export_base:
         return serving.export_for_serving(FLAGS.export_base, FLAGS.model_name, FLAGS.version,
                                           model=model, vocab_file=FLAGS.vocab_file,

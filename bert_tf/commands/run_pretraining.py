@@ -42,7 +42,8 @@ def app_main(argv):
     del argv
     try:
         from bert_tf.training import pretraining
-        options = script_flags.options_from_flags(PretrainingOptions)
+        from bert_tf.convert.handoff import fill_options
+        options = fill_options(script_flags.options_from_flags(PretrainingOptions))
         result = pretraining.run_pretraining(options)
     except BertError as e:
         sys.exit(f"error: {e}")

@@ -14,7 +14,8 @@ Config, vocab and casing come from the source where its format carries them (hf,
 keras_hub), else from --bert_config_file / --vocab_file / --do_lower_case; a given flag wins.
 `--model=encoder` converts the encoder only (`BertModel` in HF); `pretrainer` (the default
 where both formats hold them) needs the source's MLM and NSP heads. Model Garden output and
-keras-hub in or out need the peers (`make peers`).
+keras-hub in or out need the peers (`pip install "bert_tf[keras-hub]"`; Model Garden: see
+`bert_tf.convert.interop.PEER_INSTALL`).
 The output directory is written under a temporary name and renamed, never half-written.
 """
 import sys

@@ -37,14 +37,14 @@ def note(message):
 
 
 def default_model(from_format, to_format):
-    """--model when not given: the pretrainer where both formats hold heads, else the encoder.
+    """--model when not given: "auto" (the pretrainer when the source has the MLM head, else
+    the encoder; decided by the reader) where both formats can hold heads, else the encoder.
 
     Args:
         from_format: one of FROM.
         to_format: one of TO.
     """
-    return ("pretrainer" if from_format in HEADS_FROM and to_format in HEADS_TO
-            else "encoder")
+    return "auto" if from_format in HEADS_FROM and to_format in HEADS_TO else "encoder"
 
 
 def check_model(from_format, to_format, model):
@@ -55,7 +55,7 @@ def check_model(from_format, to_format, model):
         to_format: one of TO.
         model: "pretrainer" or "encoder" (anything else is a BertError too).
     """
-    if model not in ("pretrainer", "encoder"):
+    if model not in ("pretrainer", "encoder", "auto"):
         raise BertError(f"--model: expected pretrainer or encoder, got {model!r}")
     if model == "pretrainer":
         if from_format not in HEADS_FROM:
@@ -74,26 +74,45 @@ def _flag_config(bert_config_file):
 
 
 def _no_heads(source):
-    return BertError(f"{source}: has no pre-training (MLM) head (an encoder-only checkpoint? "
-                     "use --model=encoder)")
+    return BertError(f"{source}: has no pre-training (MLM) head: pass --model=encoder to "
+                     "convert the encoder only")
 
 
-def _loaded(load, source, cfg, model):
-    """A new model for cfg, filled by a `load(model, path)` loader that reports what it missed."""
-    from bert_tf.convert.interop import build_bert_model
+def _resolve(model, source, has_mlm):
+    """"auto" -> "pretrainer" when the source has the MLM head, else "encoder" (noted)."""
+    if model != "auto":
+        return model
+    if has_mlm:
+        return "pretrainer"
+    note(f"{source} has no pre-training heads: converting the encoder")
+    return "encoder"
+
+
+def _loaded(load, source, cfg, model, names=()):
+    """A new model for cfg, filled by a `load(model, path)` loader that reports what it missed.
+
+    `names`: the source's TF1-style variable names (decide --model=auto)."""
+    from bert_tf.convert.interop import build_bert_model, get_weights
+    model = _resolve(model, source, "cls/predictions/output_bias" in names)
     net = build_bert_model(cfg, with_pretraining_heads=model == "pretrainer")
+    fresh = {k: v for k, v in get_weights(net).items() if k.startswith("cls/seq_relationship/")}
     report = load(net, source)
-    if report["missing"]:
-        raise BertError(f"{source}: has no {', '.join(report['missing'][:3])}"
-                        f"{' ...' if len(report['missing']) > 3 else ''} (an encoder-only "
-                        f"checkpoint? use --model=encoder)")
+    missing = [n for n in report["missing"] if not n.startswith("cls/seq_relationship/")]
+    if missing:
+        raise BertError(f"{source}: has no {', '.join(missing[:3])}"
+                        f"{' ...' if len(missing) > 3 else ''} (pass --model=encoder to "
+                        f"convert the encoder only)")
+    if report["missing"]:  # an MLM-only source (HF BertForMaskedLM): NSP head initialised
+        note(f"{source} has no next-sentence head: the output's is freshly initialised")
+        from bert_tf.convert.interop import set_weights
+        set_weights(net, dict(get_weights(net), **fresh), source)
     return net
 
 
 def _from_weights(source, cfg, weights, model):
     """A new model for cfg holding TF1-named weights (shapes checked by set_weights)."""
     from bert_tf.convert.interop import build_bert_model, get_weights, set_weights
-    heads = model == "pretrainer"
+    heads = _resolve(model, source, "cls/predictions/output_bias" in weights) == "pretrainer"
     if heads and "cls/predictions/output_bias" not in weights:
         raise _no_heads(source)
     net = build_bert_model(cfg, with_pretraining_heads=heads)
@@ -104,12 +123,19 @@ def _from_weights(source, cfg, weights, model):
     return set_weights(net, weights, source)
 
 
+def _checkpoint_names(source):
+    import tensorflow as tf
+    from bert_tf.convert import common
+    return [n for n, _ in tf.train.list_variables(common.resolve_prefix(source))]
+
+
 def _read_tf1(source, model, bert_config_file):
     from bert_tf.convert import tf1
     cfg = _flag_config(bert_config_file)
     if cfg is None:
         raise BertError("--bert_config_file: required with --from=tf1")
-    return Source(_loaded(tf1.load_tf1_checkpoint, source, cfg, model), cfg, None, None)
+    names = _checkpoint_names(source) if model == "auto" else ()
+    return Source(_loaded(tf1.load_tf1_checkpoint, source, cfg, model, names), cfg, None, None)
 
 
 def _read_bert_tf(source, model, bert_config_file):
@@ -117,7 +143,11 @@ def _read_bert_tf(source, model, bert_config_file):
     cfg = _flag_config(bert_config_file)
     if cfg is None:
         raise BertError("--bert_config_file: required with --from=bert_tf")
-    return Source(_loaded(native.load_bert_tf_checkpoint, source, cfg, model), cfg, None, None)
+    names = _checkpoint_names(source) if model == "auto" else ()
+    if any("/masked_lm/" in n for n in names):
+        names = ("cls/predictions/output_bias",)
+    net = _loaded(native.load_bert_tf_checkpoint, source, cfg, model, names)
+    return Source(net, cfg, None, None)
 
 
 def _read_hf(source, model, bert_config_file):
@@ -126,7 +156,10 @@ def _read_hf(source, model, bert_config_file):
     cfg = _flag_config(bert_config_file) or hf.bert_config_from_hf(source)
     vocab = posixpath.join(source, "vocab.txt")
     vocab = vocab if tf.io.gfile.exists(vocab) else None
-    net = _loaded(hf.load_hf_safetensors, source, cfg, model)
+    names = ()
+    if model == "auto" and "cls.predictions.bias" in hf.hf_tensor_names(source):
+        names = ("cls/predictions/output_bias",)
+    net = _loaded(hf.load_hf_safetensors, source, cfg, model, names)
     return Source(net, cfg, vocab, hf.hf_casing(source))
 
 
@@ -191,8 +224,8 @@ def _checked_vocab(vocab_file, cfg, to_format, required):
         if required:
             raise BertError(f"--vocab_file: required for --to={to_format}")
         return None
-    from bert_tf.convert import hf
-    hf._vocab_lines(vocab_file, cfg.vocab_size)  # one check for every output
+    from bert_tf.tokenization import check_vocab_size
+    check_vocab_size(vocab_file, cfg.vocab_size)  # one check for every output
     return vocab_file
 
 

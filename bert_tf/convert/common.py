@@ -105,8 +105,10 @@ def finish(source, model, loaded, skipped, missing_tf1, layer_of):
                         f"in the file, e.g. {missing_encoder[0]} (not a BERT checkpoint for this "
                         f"config?)")
     if missing_tf1:
-        log.warning("%s: not in the file, left at initialisation: %s", source,
-                    ", ".join(missing_tf1))
+        heads = sorted({n.split("/")[1] if n.startswith("cls/") else n.split("/")[0]
+                        for n in missing_tf1})
+        log.warning("%s: no %s in the file: %d variables left at initialisation", source,
+                    ", ".join(heads), len(missing_tf1))
     return {"loaded": sorted(loaded), "skipped": sorted(skipped), "missing": sorted(missing_tf1)}
 
 

@@ -9,7 +9,12 @@ Shared by `checkpoints.load_checkpoint` (so `--init_checkpoint` of every script)
   hf              Hugging Face directory (`model.safetensors` or its index) or `.safetensors` file
   keras_hub       keras-hub preset directory (`config.json` + `model.weights.h5`)
   tfhub           TF Hub BERT encoder SavedModel (Model Garden's export_tfhub_lib)
-  bert_tf_export  our encoder / end-to-end SavedModel (`assets.extra/bert_tf_export.json`)
+  bert_tf_export  our encoder / end-to-end SavedModel (`assets.extra/bert_tf_export.json`),
+                  also as `bert-convert --to=savedmodel` writes it (a directory holding
+                  `encoder/` + `preprocessor/`: the vocab and casing come from the latter) and
+                  in the TF Serving layout (`<model>/<version>/`: the newest version)
+  keras           a `.keras` file of any bert_tf model (`model.save`); a BertTextModel's
+                  preprocessing layer supplies the vocab and casing
 
 The first three are checkpoint prefixes (a directory means its latest checkpoint), told apart by
 their variable names and object graph; the others by the files in the directory.
@@ -26,7 +31,8 @@ from bert_tf.convert import common
 CHECKPOINT_FORMATS = ("tf1", "bert_tf", "model_garden")
 LOOKED_FOR = ("a checkpoint (.index + .data: original bert/... names, bert_tf's model key or "
               "Model Garden's encoder key), model.safetensors, config.json + model.weights.h5 "
-              "(keras-hub preset), saved_model.pb (TF Hub / bert_tf export)")
+              "(keras-hub preset), saved_model.pb (TF Hub / bert_tf export, also under "
+              "encoder/ or a numbered version folder), or pass a .keras file")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +90,14 @@ def detect(path):
     path = os.fspath(path)
     if path.endswith(".safetensors"):
         return Detected("hf", path, posixpath.dirname(path) or ".")
+    if path.endswith(".keras") and not tf.io.gfile.isdir(path):
+        if not tf.io.gfile.exists(path):
+            raise BertError(f"{path}: file not found")
+        return Detected("keras", path, posixpath.dirname(path) or ".")
     if tf.io.gfile.isdir(path):
+        inner = _export_inside(path)
+        if inner is not None:  # bert-convert's encoder/ + preprocessor/, TF Serving versions
+            return Detected("bert_tf_export", inner, path)
         if _exists(path, "saved_model.pb"):
             ours = _exists(path, _join("assets.extra", "bert_tf_export.json"))
             return Detected("bert_tf_export" if ours else "tfhub", path, path)
@@ -102,6 +115,41 @@ def detect(path):
     return Detected(_prefix_format(prefix), prefix, posixpath.dirname(prefix) or ".")
 
 
+def _export_inside(path):
+    """The SavedModel a directory of exports stands for, or None: `encoder/` (bert-convert
+    --to=savedmodel), else the highest numbered version folder (TF Serving layout)."""
+    if _exists(path, "saved_model.pb"):
+        return None
+    if _exists(path, _join("encoder", "saved_model.pb")):
+        return _join(path, "encoder")
+    versions = [v for v in tf.io.gfile.listdir(path) if v.rstrip("/").isdigit()]
+    for v in sorted(versions, key=lambda v: int(v.rstrip("/")), reverse=True):
+        if _exists(path, _join(v.rstrip("/"), "saved_model.pb")):
+            return _join(path, v.rstrip("/"))
+    return None
+
+
+def _sibling_preprocessor(export_dir):
+    """The preprocessor export beside an encoder export, or None: `<dir>/preprocessor` next
+    to `<dir>/encoder` (bert-convert), `<name>_preprocessor/<newest version>` next to
+    `<name>_encoder/<version>` (run_pretraining's TF Serving export)."""
+    export_dir = export_dir.rstrip("/")
+    parent, name = posixpath.split(export_dir)
+    candidates = []
+    if name == "encoder":
+        candidates.append(_join(parent, "preprocessor"))
+    elif name.isdigit():
+        grand, model = posixpath.split(parent)
+        if model.endswith("_encoder"):
+            candidates.append(_join(grand, model[:-len("_encoder")] + "_preprocessor"))
+    for c in candidates:
+        if tf.io.gfile.isdir(c):
+            found = _export_inside(c) or (c if _exists(c, "saved_model.pb") else None)
+            if found is not None:
+                return found
+    return None
+
+
 def export_vocab(export_dir, meta):
     """(vocab_file or None, casing or None) of a bert_tf export: its one `.txt` asset (text-in
     exports; encoder exports have none) and the do_lower_case / strip_accents its metadata
@@ -113,6 +161,15 @@ def export_vocab(export_dir, meta):
     """
     found = tf.io.gfile.glob(_join(export_dir, "assets", "*.txt"))
     lower = meta.get("do_lower_case")
+    if len(found) != 1:  # an encoder export: the vocab is its sibling preprocessor's
+        pre = _sibling_preprocessor(export_dir)
+        if pre is not None:
+            from bert_tf import fileio
+            pre_meta = _join(pre, "assets.extra", "bert_tf_export.json")
+            pre_meta = fileio.read_json(pre_meta) if tf.io.gfile.exists(pre_meta) else {}
+            found = tf.io.gfile.glob(_join(pre, "assets", "*.txt"))
+            lower = meta.get("do_lower_case", pre_meta.get("do_lower_case"))
+            meta = {**pre_meta, **meta}
     return (found[0] if len(found) == 1 else None,
             None if lower is None else (bool(lower), bool(meta.get("strip_accents", lower))))
 
@@ -143,6 +200,8 @@ def read_weights(detected):
         from bert_tf.convert.interop import encoder_of, get_weights
         model, vocab, lower, strip = keras_hub.load_keras_hub_preset_with_casing(path)
         return encoder_of(model).bert_config, get_weights(model), vocab, (lower, strip)
+    if fmt == "keras":
+        return read_keras_file(path)
     if fmt == "bert_tf_export":
         from bert_tf.convert.interop import encoder_of, get_weights
         from bert_tf.export.keras_loading import load_as_keras_model
@@ -150,3 +209,27 @@ def read_weights(detected):
         vocab, lower = export_vocab(path, meta)
         return encoder_of(model).bert_config, get_weights(model), vocab, lower
     raise BertError(f"{path}: {fmt} weights are loaded by their own loader, not read_weights")
+
+
+def read_keras_file(path):
+    """(BertConfig, TF1-named weights, vocab_file or None, casing or None) of a `.keras` file
+    of a bert_tf model: the encoder's config; its heads' weights too; a BertTextModel's
+    preprocessing layer gives the vocab (the temp file it wrote) and casing."""
+    import keras
+    from bert_tf.convert.interop import encoder_of, get_weights
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except (ValueError, TypeError, KeyError, OSError) as e:
+        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise BertError(f"{path}: cannot load this .keras file ({msg})") from None
+    pre = getattr(model, "preprocessor", None)
+    inner = getattr(model, "model", model) if pre is not None else model
+    try:
+        cfg = encoder_of(inner).bert_config
+    except BertError:
+        raise BertError(f"{path}: a .keras file without a bert_tf BertEncoder "
+                        f"({type(model).__name__})") from None
+    if pre is None or not hasattr(pre, "tokenizer"):
+        return cfg, get_weights(inner), None, None
+    return (cfg, get_weights(inner), pre.tokenizer.vocab_file,
+            (bool(pre.do_lower_case), bool(pre.strip_accents)))

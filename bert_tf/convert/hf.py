@@ -112,6 +112,28 @@ def _read_safetensors(path):
     return files[0] if len(files) == 1 else path, tensors
 
 
+def hf_tensor_names(path):
+    """Normalised tensor names of a HF directory or `.safetensors` file, from the index or the
+    files' headers only (no weights read)."""
+    import struct
+    path = os.fspath(path)
+    if tf.io.gfile.isdir(path):
+        index = posixpath.join(path, "model.safetensors.index.json")
+        if tf.io.gfile.exists(index):
+            return {_normalise(n) for n in fileio.read_json(index)["weight_map"]}
+        path = posixpath.join(path, "model.safetensors")
+    try:
+        length = tf.io.gfile.stat(path).length
+        with tf.io.gfile.GFile(path, "rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            if size > length - 8:  # a corrupt header size: never ask GFile for that much
+                raise ValueError(f"header size {size} beyond the file's {length} bytes")
+            header = json.loads(f.read(size))
+    except (tf.errors.OpError, struct.error, ValueError) as e:
+        raise BertError(f"{path}: not a readable safetensors file ({e})") from None
+    return {_normalise(n) for n in header if n != "__metadata__"}
+
+
 def load_hf_safetensors(model, path):
     """Loads Hugging Face BERT weights into `model`; returns the report dict.
 
@@ -211,15 +233,6 @@ def hf_config(model, labels=None):
     return dict(sorted(data.items()))
 
 
-def _vocab_lines(vocab_file, vocab_size):
-    from bert_tf.tokenization.wordpiece import vocab_tokens
-    lines = vocab_tokens(vocab_file)
-    if len(lines) != vocab_size:
-        raise BertError(f"{vocab_file}: {len(lines)} tokens but the model's vocab_size is "
-                        f"{vocab_size} (wrong vocab for this model?)")
-    return lines
-
-
 def hf_casing(model_dir):
     """(do_lower_case, strip_accents) from a HF directory's tokenizer_config.json (HF's
     BertTokenizer: strip_accents null = do_lower_case), else None when it records none."""
@@ -244,7 +257,7 @@ def save_hf_directory(model, out_dir, vocab_file, do_lower_case=True, labels=Non
     Args:
         model: a BertEncoder (-> `BertModel`), a task model, or a keras.Model with one encoder.
         out_dir: the directory to create (built under a temporary sibling, then renamed).
-        vocab_file: the model's vocab.txt; its line count must equal vocab_size.
+        vocab_file: the model's vocab.txt (`bert_tf.tokenization.check_vocab_size`).
         do_lower_case: bool, written to `tokenizer_config.json`.
         labels: optional label strings of a classifier / tagger.
         overwrite: replace an existing `out_dir`.
@@ -255,7 +268,8 @@ def save_hf_directory(model, out_dir, vocab_file, do_lower_case=True, labels=Non
     if tf.io.gfile.exists(out_dir) and not overwrite:
         raise BertError(f"{out_dir}: already exists (pass overwrite=True to replace it)")
     config = hf_config(model, labels)
-    vocab = _vocab_lines(vocab_file, config["vocab_size"])
+    from bert_tf.tokenization import check_vocab_size
+    vocab = check_vocab_size(vocab_file, config["vocab_size"])
     prefix = "" if type(model) not in ARCHITECTURES else "bert."
     with_pooler = ARCHITECTURES.get(type(model), ("", True))[1]
     tensors = {}

@@ -10,11 +10,16 @@ from bert_tf import BertError
 from bert_tf.convert.tf1 import tf1_name_map
 from bert_tf.modeling.config import BertConfig
 
-PEERS_HINT = ("pip install -c constraints.txt -c constraints-peers.txt {pkgs} "
-              "(or `make peers`)")
+# What a pip user runs (setup.py's extras; Model Garden cannot resolve in one pip command:
+# its tf-models-official pins absl-py/numpy ranges the stack has outgrown, so it goes --no-deps).
+PEER_INSTALL = {
+    "keras_hub": 'pip install "bert_tf[keras-hub]"',
+    "model_garden": ('pip install "bert_tf[model-garden]" && pip install --no-deps '
+                     'tf-models-official==2.20.0 tensorflow-model-optimization==0.8.1'),
+}
 
 
-def require_peer(module, pkgs):
+def require_peer(module, pkgs):  # pkgs: a PEER_INSTALL key or a pip requirement
     """Imports a peer package lazily; BertError with the install command if it is missing.
 
     Peers (keras_hub, tf-models-official...) are optional, so only the converter that needs
@@ -31,8 +36,8 @@ def require_peer(module, pkgs):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise BertError(f"{module} is not installed ({e}): "
-                        + PEERS_HINT.format(pkgs=pkgs)) from None
+        install = PEER_INSTALL.get(pkgs, f"pip install {pkgs}")
+        raise BertError(f"{module} is not installed ({e}): {install}") from None
 
 
 # ---- our models <-> TF1-named weights -------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A preset directory is what `BertBackbone.save_to_preset(dir)` (+ the tokenizer's) writes:
 `config.json`, `model.weights.h5`, `tokenizer.json`, `assets/tokenizer/vocabulary.txt`,
-`metadata.json`. keras-hub is imported lazily (a peer, `make peers`), never at module level.
+`metadata.json`. keras-hub is imported lazily (a peer: `pip install "bert_tf[keras-hub]"`), never at module level.
 
 >>> model, vocab_file, lower = load_keras_hub_preset("my_preset/")              # doctest: +SKIP
 >>> model, vocab, lower, strip = load_keras_hub_preset_with_casing("bert_tiny/")  # doctest: +SKIP
@@ -19,7 +19,7 @@ from bert_tf import BertError
 from bert_tf.convert.interop import (config_from_weights, encoder_of, get_weights,
                                      model_from_weights, require_peer)
 
-_KH = "keras-hub==0.32.0"
+_KH = "keras_hub"  # interop.PEER_INSTALL key
 _TOP = {
     "token_embedding/embeddings": "bert/embeddings/word_embeddings",
     "position_embedding/embeddings": "bert/embeddings/position_embeddings",
@@ -121,10 +121,8 @@ def load_keras_hub_preset_with_casing(preset_dir):
                         f"({str(e).splitlines()[0][:200]})") from None
     weights = backbone_weights(backbone)
     cfg = config_from_weights(weights, backbone.num_heads, "gelu", preset_dir)
-    n = sum(1 for _ in open(vocab_file, encoding="utf-8"))
-    if n != cfg.vocab_size:
-        raise BertError(f"{vocab_file}: {n} tokens but the embedding table has "
-                        f"{cfg.vocab_size} rows")
+    from bert_tf.tokenization import check_vocab_size
+    check_vocab_size(vocab_file, cfg.vocab_size, preset_dir)
     model = model_from_weights(cfg, weights, source=preset_dir)
     return model, vocab_file, lowercase, strip_accents
 
@@ -192,11 +190,8 @@ def save_keras_hub_preset(model, vocab_file, do_lower_case, preset_dir, strip_ac
     """
     keras_hub = require_peer("keras_hub", _KH)
     from bert_tf import tokenization
-    vocab = tokenization.vocab_tokens(vocab_file)
     cfg = encoder_of(model).bert_config
-    if len(vocab) != cfg.vocab_size:
-        raise BertError(f"{vocab_file}: {len(vocab)} tokens but the model's vocab_size is "
-                        f"{cfg.vocab_size} (keras-hub needs them equal)")
+    vocab = tokenization.check_vocab_size(vocab_file, cfg.vocab_size, exact=True)  # keras-hub's
     backbone = to_keras_hub_backbone(model)
     tokenizer = keras_hub.models.BertTokenizer(
         vocabulary=vocab, lowercase=bool(do_lower_case),

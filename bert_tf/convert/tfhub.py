@@ -128,10 +128,7 @@ def load_tfhub_encoder(export_dir, bert_config=None, hidden_act="gelu"):
     cfg, weights, vocab_file, do_lower_case = read_tfhub_encoder(export_dir, hidden_act)
     if vocab_file is not None:
         from bert_tf import tokenization
-        n = len(tokenization.vocab_tokens(vocab_file))
-        if n != cfg.vocab_size:
-            raise BertError(f"{export_dir}: vocab asset has {n} tokens but the embedding "
-                            f"table has {cfg.vocab_size} rows")
+        tokenization.check_vocab_size(vocab_file, cfg.vocab_size, export_dir)
     model = model_from_weights(bert_config or cfg, weights, source=export_dir)
     return model, vocab_file, do_lower_case
 

@@ -142,13 +142,10 @@ class EncoderModule(tf.Module):
             self.mlm = MlmModule(self, encoder_or_model)
 
     def _check_vocab(self, vocab_file):
-        from bert_tf.tokenization import vocab_tokens
+        from bert_tf.tokenization import check_vocab_size
         if not tf.io.gfile.exists(vocab_file):
             raise BertError(f"export_encoder: vocab_file {vocab_file}: file not found")
-        n = len(vocab_tokens(vocab_file))
-        if n != self._cfg.vocab_size:
-            raise BertError(f"export_encoder: vocab_file {vocab_file} has {n} tokens but the "
-                            f"model has vocab_size {self._cfg.vocab_size}")
+        check_vocab_size(vocab_file, self._cfg.vocab_size)
 
     def run_encoder(self, inputs, training=False):
         """Checked ids -> the encoder's output dict, in its compute dtype.
@@ -215,7 +212,7 @@ class EncoderModule(tf.Module):
 
 
 def export_encoder(encoder_or_model, export_dir, vocab_file=None, do_lower_case=None,
-                   with_mlm=None):
+                   with_mlm=None, before_publish=None):
     """Writes the encoder SavedModel to export_dir (atomically); returns export_dir.
 
     Args:
@@ -227,6 +224,8 @@ def export_encoder(encoder_or_model, export_dir, vocab_file=None, do_lower_case=
         do_lower_case: exported as the `do_lower_case` variable (with vocab_file).
         with_mlm: export the `mlm` sub-object (needs a model with a masked-LM head, e.g. a
             BertPretrainer); default: whenever the model has one.
+        before_publish: optional callable(tmp_dir) adding files (warm-up requests) before
+            the export is renamed into place.
     """
     module = EncoderModule(encoder_or_model, vocab_file, do_lower_case, with_mlm)
     metadata = {"format": common.FORMAT, "kind": "encoder", "with_mlm": module.with_mlm,
@@ -234,4 +233,5 @@ def export_encoder(encoder_or_model, export_dir, vocab_file=None, do_lower_case=
     if vocab_file is not None:
         metadata["do_lower_case"] = bool(do_lower_case)
     signatures = {"serving_default": module.serve_flat}
-    return common.write_saved_model(module, export_dir, signatures, metadata)
+    return common.write_saved_model(module, export_dir, signatures, metadata,
+                                    before_publish=before_publish)

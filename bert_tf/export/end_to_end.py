@@ -9,7 +9,9 @@ Signatures (all outputs batch-major, so TF Serving's REST "instances" format wor
 as a plain function.
 
 Outputs per task (B batch, S sequence, M max_masks, K top_k):
-  embeddings     pooled_output [B, H], sequence_output [B, S, H]
+  embeddings     embedding [B, H] (pooled as asked: the pooler by default, or the masked
+                 mean / [CLS] vector, optionally L2-normalised), pooled_output [B, H],
+                 sequence_output [B, S, H]
   classification logits, probabilities [B, C], label_id int32 [B], label string [B]
   regression     score [B]
   span           start_logits, end_logits [B, S], start_index, end_index int32 [B] (-1: no
@@ -30,6 +32,7 @@ import tensorflow as tf
 from bert_tf import BertError
 from bert_tf import tokenization
 from bert_tf.export import common
+from bert_tf.modeling import models
 from bert_tf.export.preprocessor import (TEXT_B_SPEC, TEXT_SPEC, TextPreprocessor,
                                          check_seq_length)
 
@@ -67,6 +70,21 @@ def _labels_for(model, task, labels):
     return labels
 
 
+def _pooling_for(model, task, pooling, normalize):
+    """(pooling, normalize) of the `embedding` output: the arguments, else a BertEmbedder's
+    own, else "cls" (the pooler, BERT's pooled_output) unnormalised."""
+    if task != "embeddings":
+        if pooling is not None or normalize:
+            raise BertError(f"--pooling/--normalize: only for --task=embeddings, not {task}")
+        return None, False
+    if pooling is not None and pooling not in models.POOLINGS:
+        raise BertError(f"--pooling: {pooling!r} is not one of {', '.join(models.POOLINGS)}")
+    own = model if isinstance(model, models.BertEmbedder) else None
+    pooling = pooling or (own.pooling if own else "cls")
+    normalize = (own.normalize if own else False) if normalize is None else bool(normalize)
+    return pooling, normalize
+
+
 class EndToEndModule(tf.Module):
     """Tokenizer + packer + model + task post-processing, all in-graph.
 
@@ -83,11 +101,12 @@ class EndToEndModule(tf.Module):
         name: tf.Module name.
         strip_accents: None (= do_lower_case, the original) or a bool (see
             `export_end_to_end`).
+        pooling, normalize: embeddings: the `embedding` output (see `export_end_to_end`).
     """
 
     def __init__(self, model, vocab_file, do_lower_case, task="embeddings", seq_length=128,
                  labels=None, top_k=5, max_masks=8, max_answer_length=30, name="bert_end_to_end",
-                 strip_accents=None):
+                 strip_accents=None, pooling=None, normalize=None):
         super().__init__(name=name)
         _check_task_model(model, task)
         check_seq_length(seq_length)
@@ -95,13 +114,25 @@ class EndToEndModule(tf.Module):
         if seq_length > cfg.max_position_embeddings:
             raise BertError(f"--seq_length: {seq_length} exceeds max_position_embeddings "
                             f"{cfg.max_position_embeddings}")
+        self._pooling, self._normalize = _pooling_for(model, task, pooling, normalize)
+        if vocab_file is None:  # ids in only (IdsModule): a model exported without its vocab
+            if task == "fill_mask":
+                raise BertError("--task=fill_mask: needs a vocab (to find [MASK] and name "
+                                "the predicted tokens)")
+            self.preprocessing = None
+            self._init_rest(model, task, cfg, seq_length, labels, top_k, max_masks,
+                            max_answer_length, None)
+            return
         # The one in-graph preprocessor every export uses (tracked: vocab table and asset).
         self.preprocessing = TextPreprocessor(vocab_file, do_lower_case, seq_length,
                                               strip_accents=strip_accents)
-        tok = self.tokenizer
-        if tok.vocab_size > cfg.vocab_size:
-            raise BertError(f"{vocab_file}: vocab has {tok.vocab_size} lines but the model's "
-                            f"vocab_size is only {cfg.vocab_size}")
+        from bert_tf.tokenization import check_vocab_size
+        tokens = check_vocab_size(vocab_file, cfg.vocab_size)
+        self._init_rest(model, task, cfg, seq_length, labels, top_k, max_masks,
+                        max_answer_length, tokens)
+
+    def _init_rest(self, model, task, cfg, seq_length, labels, top_k, max_masks,
+                   max_answer_length, tokens):
         if task == "fill_mask" and not 1 <= top_k <= cfg.vocab_size:
             raise BertError(f"--top_k: must be in [1, {cfg.vocab_size}], got {top_k}")
         if task == "fill_mask" and max_masks < 1:
@@ -121,8 +152,8 @@ class EndToEndModule(tf.Module):
         self._labels = common.Ref(_labels_for(model, task, labels))
         # id -> token string for fill_mask/span/tagging outputs; ids of a padded embedding
         # table beyond the vocab file map to "".
-        tokens = tokenization.vocab_tokens(vocab_file)
-        self._vocab_tokens = common.Ref(tokens + [""] * (cfg.vocab_size - len(tokens)))
+        self._vocab_tokens = common.Ref(
+            None if tokens is None else tokens + [""] * (cfg.vocab_size - len(tokens)))
         # Tokenizer and model are traced once each and called from every signature (a trace
         # of either costs ~0.5 s even for a tiny model); Refs keep them off the object graph.
         self._tokenize_fn = common.Ref(tf.function(self._tokenize, autograph=False))
@@ -138,8 +169,8 @@ class EndToEndModule(tf.Module):
 
     @property
     def tokenizer(self):
-        """The in-graph BertTextTokenizer (special ids, vocab size)."""
-        return self.preprocessing.tokenizer
+        """The in-graph BertTextTokenizer (special ids, vocab size); None without a vocab."""
+        return None if self.preprocessing is None else self.preprocessing.tokenizer
 
     @property
     def labels(self):
@@ -184,7 +215,9 @@ class EndToEndModule(tf.Module):
             return self._fill_mask(model, inputs)
         out = model(inputs, training=False)
         if task == "embeddings":
-            return {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
+            return {"embedding": models.pool(out, inputs["input_mask"], self._pooling,
+                                             self._normalize),
+                    "pooled_output": tf.cast(out["pooled_output"], tf.float32),
                     "sequence_output": tf.cast(out["sequence_output"], tf.float32)}
         if task == "regression":
             return {"score": tf.cast(out["logits"], tf.float32)[:, 0]}
@@ -199,16 +232,24 @@ class EndToEndModule(tf.Module):
             mask = inputs["input_mask"]
             tag_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
             tags = tf.gather(tf.constant(self._labels.obj), tag_ids)
-            return {"logits": logits, "tag_ids": tf.where(mask > 0, tag_ids, -1),
-                    "tags": tf.where(mask > 0, tags, ""),
-                    "tokens": self._token_strings(inputs["input_word_ids"], mask)}
+            out = {"logits": logits, "tag_ids": tf.where(mask > 0, tag_ids, -1),
+                   "tags": tf.where(mask > 0, tags, "")}
+            if self.preprocessing is not None:
+                out["tokens"] = self._token_strings(inputs["input_word_ids"], mask)
+            return out
         return self._span(inputs, tf.cast(out["start_logits"], tf.float32),
                           tf.cast(out["end_logits"], tf.float32))
 
     def _span(self, inputs, start, end):
         ids, mask, types = inputs["input_word_ids"], inputs["input_mask"], inputs["input_type_ids"]
-        tok = self.tokenizer
-        real = (mask > 0) & (ids != tok.cls_id) & (ids != tok.sep_id)
+        if self.preprocessing is not None:
+            tok = self.tokenizer
+            real = (mask > 0) & (ids != tok.cls_id) & (ids != tok.sep_id)
+        else:  # no vocab: [CLS] is first, a [SEP] ends each segment (the packing's layout)
+            next_mask = tf.pad(mask[:, 1:], [[0, 0], [0, 1]])
+            next_type = tf.pad(types[:, 1:], [[0, 0], [0, 1]], constant_values=-1)
+            ends = (next_mask == 0) | (next_type != types)
+            real = (mask > 0) & ~ends & (tf.range(tf.shape(ids)[1]) > 0)[None, :]
         has_b = tf.reduce_any(real & (types == 1), axis=1, keepdims=True)
         cand = real & tf.where(has_b, types == 1, True)
         n = tf.shape(ids)[1]
@@ -222,15 +263,17 @@ class EndToEndModule(tf.Module):
         found = tf.reduce_any(valid, axis=[1, 2])
         start_index = tf.where(found, best // n, -1)
         end_index = tf.where(found, best % n, -1)
+        out = {"start_logits": start, "end_logits": end, "start_index": start_index,
+               "end_index": end_index,
+               "span_score": tf.where(found, tf.reduce_max(flat, axis=1), 0.0)}
+        if self.preprocessing is None:
+            return out
         tokens = self._token_strings(ids, mask)
         in_span = (pos[None, :] >= start_index[:, None]) & (pos[None, :] <= end_index[:, None])
         answer = tf.strings.reduce_join(tf.where(in_span, tokens, ""), axis=1, separator=" ")
         answer = tf.strings.strip(tf.strings.regex_replace(answer, " +", " "))
         answer = tf.strings.regex_replace(answer, " ##", "")
-        return {"start_logits": start, "end_logits": end, "start_index": start_index,
-                "end_index": end_index,
-                "span_score": tf.where(found, tf.reduce_max(flat, axis=1), 0.0),
-                "answer": answer, "tokens": tokens}
+        return dict(out, answer=answer, tokens=tokens)
 
     def _fill_mask(self, model, inputs):
         ids, mask = inputs["input_word_ids"], inputs["input_mask"]
@@ -297,9 +340,12 @@ class EndToEndModule(tf.Module):
         """bert_tf_export.json contents: task settings plus how to rebuild the model."""
         tok = self.tokenizer
         meta = {"format": common.FORMAT, "kind": "end_to_end", "task": self.task,
-                "seq_length": self._seq_length, "do_lower_case": tok.do_lower_case,
-                "strip_accents": tok.strip_accents,
+                "seq_length": self._seq_length,
+                "do_lower_case": None if tok is None else tok.do_lower_case,
+                "strip_accents": None if tok is None else tok.strip_accents,
                 "labels": self._labels.obj, "signatures": sorted(self.signatures())}
+        if self.task == "embeddings":
+            meta.update(pooling=self._pooling, normalize=self._normalize)
         if self.task == "fill_mask":
             meta.update(top_k=self._top_k, max_masks=self._max_masks)
         if self.task == "span":
@@ -308,9 +354,28 @@ class EndToEndModule(tf.Module):
         return meta
 
 
+class IdsModule(EndToEndModule):
+    """`EndToEndModule` without a vocab: ids in only, `serving_default` is `predict_ids`
+    (no text signatures; span and tagging have no `tokens` / `answer` strings)."""
+
+    serve_pairs = preprocess = None  # no text signatures
+
+    def __init__(self, model, task="embeddings", seq_length=128, **kwargs):
+        super().__init__(model, None, None, task, seq_length, **kwargs)
+
+    @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
+    def __call__(self, input_word_ids, input_mask, input_type_ids):
+        return self._outputs_fn.obj({"input_word_ids": input_word_ids, "input_mask": input_mask,
+                                     "input_type_ids": input_type_ids})
+
+    def signatures(self):
+        """Signature name -> tf.function, for `tf.saved_model.save`."""
+        return {"serving_default": self.__call__, "predict_ids": self.predict_ids}
+
+
 def export_end_to_end(model, vocab_file, do_lower_case, export_dir, task="embeddings",
                       seq_length=128, labels=None, top_k=5, max_masks=8, max_answer_length=30,
-                      strip_accents=None):
+                      strip_accents=None, pooling=None, normalize=None):
     """Writes the end-to-end SavedModel to export_dir (atomically); returns export_dir.
 
     Args:
@@ -330,7 +395,13 @@ def export_end_to_end(model, vocab_file, do_lower_case, export_dir, task="embedd
         max_answer_length: span: longest answer, in tokens.
         strip_accents: None (strip exactly when lower-casing, as the original) or a bool
             (False with do_lower_case: keras-hub's `BertTokenizer(lowercase=True)`).
+        pooling: embeddings: how the `embedding` output pools, "cls" (the pooler, =
+            pooled_output), "cls_token" ([CLS] of sequence_output) or "mean" (masked mean);
+            default a BertEmbedder's own, else "cls".
+        normalize: embeddings: L2-normalise `embedding` (default a BertEmbedder's own, else
+            False).
     """
     module = EndToEndModule(model, vocab_file, do_lower_case, task, seq_length, labels, top_k,
-                            max_masks, max_answer_length, strip_accents=strip_accents)
+                            max_masks, max_answer_length, strip_accents=strip_accents,
+                            pooling=pooling, normalize=normalize)
     return common.write_saved_model(module, export_dir, module.signatures(), module.metadata())

@@ -9,6 +9,7 @@ first client request does not pay for graph initialisation.
 import re
 
 import bert_tf  # noqa: F401
+import numpy as np
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
@@ -81,6 +82,9 @@ def warmup_requests(module, model_name, texts=None, pairs=None):
         texts: warm-up sentences (default: fill_mask or plain examples by task).
         pairs: (text, text_b) tuples for serving_pairs; empty skips that signature.
     """
+    if module.preprocessing is None:
+        return ids_warmup_requests(model_name, module._cfg.vocab_size,
+                                   ("serving_default", "predict_ids"))
     if texts is None:
         texts = DEFAULT_FILL_MASK_TEXTS if module.task == "fill_mask" else DEFAULT_WARMUP_TEXTS
     texts = [str(t) for t in texts]
@@ -97,6 +101,23 @@ def warmup_requests(module, model_name, texts=None, pairs=None):
     reqs.append(predict_request(model_name, "predict_ids",
                                 {k: v.numpy() for k, v in ids.items()}))
     return reqs
+
+
+def ids_warmup_requests(model_name, vocab_size, signature_names=("serving_default",)):
+    """PredictRequests for ids-in signatures: a batch of 1 and a padded batch of 2.
+
+    Args:
+        model_name: the served model's name.
+        vocab_size: the model's vocab_size (the ids stay below it).
+        signature_names: the signatures to warm.
+    """
+    ids = np.minimum(np.array([[1, 2, 3, 4], [1, 2, 0, 0]], np.int32), vocab_size - 1)
+    mask = (np.arange(4)[None, :] < np.array([[4], [2]])).astype(np.int32)
+    batch = {"input_word_ids": ids * mask, "input_mask": mask,
+             "input_type_ids": np.zeros_like(ids)}
+    first = {k: v[:1] for k, v in batch.items()}
+    return [predict_request(model_name, name, inputs) for name in signature_names
+            for inputs in (first, batch)]
 
 
 def write_warmup_file(path, requests):
@@ -149,10 +170,34 @@ def run_predict_request(loaded, request):
     return {k: v.numpy() for k, v in fn(**kwargs).items()}
 
 
+def write_version(module, version_dir, model_name, warmup_texts=None, warmup_pairs=None,
+                  replace=False, metadata=None):
+    """Saves an EndToEndModule (or IdsModule) at version_dir atomically, with its warm-up
+    requests in assets.extra; returns version_dir.
+
+    Args:
+        module: the module to save.
+        version_dir: the folder TF Serving loads (`<model_base>/<version>`).
+        model_name: the served name the warm-up requests carry.
+        warmup_texts, warmup_pairs: as `export_for_serving`.
+        replace: swap out an existing version_dir (else BertError).
+        metadata: extra keys for bert_tf_export.json.
+    """
+    requests = warmup_requests(module, model_name, warmup_texts, warmup_pairs)
+
+    def add_warmup(tmp_dir):
+        write_warmup_file(common.join(tmp_dir, common.EXTRA_DIR, WARMUP_FILE), requests)
+
+    meta = module.metadata()
+    meta.update(metadata or {})
+    return common.write_saved_model(module, version_dir, module.signatures(), meta,
+                                    before_publish=add_warmup, replace=replace)
+
+
 def export_for_serving(export_base, model_name, version=None, *, model, vocab_file,
                        do_lower_case=True, task="embeddings", seq_length=128, labels=None,
                        top_k=5, max_masks=8, max_answer_length=30, warmup_texts=None,
-                       warmup_pairs=None):
+                       warmup_pairs=None, strip_accents=None, pooling=None, normalize=None):
     """Writes the end-to-end SavedModel to <export_base>/<model_name>/<version>/ atomically,
     with warm-up requests. Returns the version folder.
 
@@ -165,6 +210,7 @@ def export_for_serving(export_base, model_name, version=None, *, model, vocab_fi
             max_answer_length: as `end_to_end.export_end_to_end`.
         warmup_texts: sentences for the warm-up requests (default: built-in examples).
         warmup_pairs: (text, text_b) tuples for serving_pairs warm-up.
+        strip_accents, pooling, normalize: as `end_to_end.export_end_to_end`.
     """
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name or ""):
         raise BertError(f"--model_name: {model_name!r} is not a valid model name "
@@ -179,16 +225,10 @@ def export_for_serving(export_base, model_name, version=None, *, model, vocab_fi
         raise BertError(f"{final}: version {version} already exists (versions are immutable "
                         "once served; pick another --version)")
     module = EndToEndModule(model, vocab_file, do_lower_case, task, seq_length, labels, top_k,
-                            max_masks, max_answer_length)
-    requests = warmup_requests(module, model_name, warmup_texts, warmup_pairs)
-
-    def add_warmup(tmp_dir):
-        write_warmup_file(common.join(tmp_dir, common.EXTRA_DIR, WARMUP_FILE), requests)
-
-    meta = module.metadata()
-    meta.update(model_name=model_name, version=version)
-    return common.write_saved_model(module, final, module.signatures(), meta,
-                                    before_publish=add_warmup, replace=False)
+                            max_masks, max_answer_length, strip_accents=strip_accents,
+                            pooling=pooling, normalize=normalize)
+    return write_version(module, final, model_name, warmup_texts, warmup_pairs,
+                         metadata=dict(model_name=model_name, version=version))
 
 
 def models_config_text(models):

@@ -138,6 +138,17 @@ class BertEncoder(keras.layers.Layer):
         config.update(self.bert_config.to_dict())
         return config
 
+    def export(self, filepath, **kwargs):
+        """Writes the TF Serving SavedModel (embeddings; ids in, text in with vocab_file=) at
+        filepath, e.g. `<model_base>/1`: see `bert_tf.export.keras_export.export_model`.
+
+        Args:
+            filepath: the SavedModel folder.
+            **kwargs: `export_model` keyword arguments.
+        """
+        from bert_tf.export.keras_export import export_model
+        return export_model(self, filepath, **kwargs)
+
 
 def encoder_inputs(seq_length=None):
     """Symbolic Keras inputs (int32, dynamic batch; dynamic seq unless given).

@@ -21,10 +21,17 @@ from bert_tf import BertError
 from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
 from bert_tf.modeling.heads import DenseLogitsHead, MaskedLMHead
+from bert_tf.modeling.keras_data import KerasConventions
+
+POOLINGS = ("cls", "cls_token", "mean")
 
 
-class BertTaskModel(keras.Model):
+class BertTaskModel(KerasConventions, keras.Model):
     """Base of the task models: holds `encoder` (a BertEncoder) and serialises it nested.
+
+    `fit`, `evaluate`, `predict` and direct calls take the input dict with lists or NumPy
+    arrays as values, and labels as lists; `export(path)` writes a TF Serving SavedModel
+    (`bert_tf.modeling.keras_data.KerasConventions`).
 
     Args:
         encoder: a `BertEncoder` instance (e.g. `BertEncoder.from_bert_config(cfg)`); it may
@@ -205,6 +212,61 @@ class BertTokenClassifier(BertTaskModel):
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels,
                 "dropout_rate": self.dropout_rate}
+
+
+def pool(encoder_outputs, input_mask, pooling="cls", normalize=False):
+    """One float32 vector per sequence from the encoder's outputs.
+
+    Args:
+        encoder_outputs: the BertEncoder's output dict.
+        input_mask: int [B, S] (mean pooling only; None: every position counts).
+        pooling: "cls" (the pooler: BERT's `pooled_output`), "cls_token" (the [CLS] position
+            of `sequence_output`, sentence-transformers' CLS pooling) or "mean" (the mean of
+            `sequence_output` over the mask).
+        normalize: L2-normalise (sentence-transformers' Normalize: x / max(|x|, 1e-12)).
+    """
+    if pooling == "cls":
+        out = ops.cast(encoder_outputs["pooled_output"], "float32")
+    elif pooling == "cls_token":
+        out = ops.cast(encoder_outputs["sequence_output"][:, 0, :], "float32")
+    elif pooling == "mean":
+        seq = ops.cast(encoder_outputs["sequence_output"], "float32")
+        mask = (ops.ones(ops.shape(seq)[:2], "float32") if input_mask is None
+                else ops.cast(input_mask, "float32"))
+        total = ops.sum(seq * mask[:, :, None], axis=1)
+        out = total / ops.maximum(ops.sum(mask, axis=1, keepdims=True), 1e-9)
+    else:
+        raise BertError(f"pooling={pooling!r}: expected one of {', '.join(POOLINGS)}")
+    if normalize:
+        norm = ops.sqrt(ops.sum(out * out, axis=-1, keepdims=True))
+        out = out / ops.maximum(norm, 1e-12)
+    return out
+
+
+@keras.saving.register_keras_serializable(package="bert_tf")
+class BertEmbedder(BertTaskModel):
+    """Sentence embeddings -> `embedding` [B, H] float32 (no weights beyond the encoder's).
+
+    Args:
+        encoder: the `BertEncoder`.
+        pooling: "cls", "cls_token" or "mean" (see `pool`).
+        normalize: bool, L2-normalise the vectors.
+        **kwargs: `keras.Model` arguments.
+    """
+
+    def __init__(self, encoder, pooling="cls", normalize=False, **kwargs):
+        if pooling not in POOLINGS:
+            raise BertError(f"pooling={pooling!r}: expected one of {', '.join(POOLINGS)}")
+        super().__init__(encoder, **kwargs)
+        self.pooling = pooling
+        self.normalize = bool(normalize)
+
+    def call(self, inputs, training=None):
+        enc = self.encoder(inputs, training=training)
+        return {"embedding": pool(enc, inputs.get("input_mask"), self.pooling, self.normalize)}
+
+    def get_config(self):
+        return {**super().get_config(), "pooling": self.pooling, "normalize": self.normalize}
 
 
 def find_encoder(model, what=None):

@@ -42,7 +42,12 @@ def sidecar_path(output, name):
 
 
 def legacy_sidecar_path(output, name):
-    """Where versions before the `.bert_tf` folder put it: `<output>.<name>`."""
+    """Where versions before the `.bert_tf` folder put it: `<output>.<name>`.
+
+    Args:
+        output: the output file or shard prefix.
+        name: "stats.json" or "vocab.txt".
+    """
     return f"{output}.{name}"
 
 

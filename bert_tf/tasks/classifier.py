@@ -71,7 +71,7 @@ def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
         phases: the task's do_* flags; at least one must be set.
     """
     from bert_tf.modeling.config import BertConfig
-    from bert_tf.tokenization import FullTokenizer
+    from bert_tf.tokenization import FullTokenizer, check_vocab_size
     if not any(getattr(cfg, p) for p in phases):
         raise BertError("at least one of " + ", ".join(f"--{p}" for p in phases)
                         + " must be True")
@@ -83,10 +83,8 @@ def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
     if cfg.max_seq_length > bert_config.max_position_embeddings:
         raise BertError(f"--max_seq_length: {cfg.max_seq_length} exceeds the model's "
                         f"max_position_embeddings {bert_config.max_position_embeddings}")
+    check_vocab_size(cfg.vocab_file, bert_config.vocab_size, cfg.bert_config_file)
     tokenizer = FullTokenizer(cfg.vocab_file, do_lower_case=cfg.do_lower_case)
-    if len(tokenizer.vocab) > bert_config.vocab_size:
-        raise BertError(f"{cfg.vocab_file}: {len(tokenizer.vocab)} tokens but "
-                        f"{cfg.bert_config_file} has vocab_size {bert_config.vocab_size}")
     return bert_config, tokenizer
 
 

@@ -8,7 +8,13 @@ TPU_PADDING = 128  # embedding tables are often padded to a multiple of this
 def vocab_size_fits(num_lines, vocab_size, exact=False):
     """Whether a vocab of `num_lines` tokens fits an embedding table of `vocab_size` rows:
     equal, or (unless `exact`) fewer with vocab_size at most num_lines rounded up to a
-    multiple of 128 (TPU padding)."""
+    multiple of 128 (TPU padding).
+
+    Args:
+        num_lines: the vocab's token count.
+        vocab_size: the model's word-embedding rows.
+        exact: no TPU padding allowed.
+    """
     if num_lines == vocab_size:
         return True
     padded = -(-num_lines // TPU_PADDING) * TPU_PADDING
@@ -34,7 +40,15 @@ def check_vocab_size(vocab_file, vocab_size, what="the model", exact=False):
 
 
 def check_vocab_count(num_lines, vocab_size, vocab_file, what="the model", exact=False):
-    """`check_vocab_size` for a vocab already read (`num_lines` tokens)."""
+    """`check_vocab_size` for a vocab already read.
+
+    Args:
+        num_lines: the vocab's token count.
+        vocab_size: the model's vocab_size.
+        vocab_file: the vocab's name for the message.
+        what: the model's source for the message.
+        exact: no TPU padding allowed.
+    """
     if not vocab_size_fits(int(num_lines), int(vocab_size), exact):
         allowed = ("exactly as many" if exact else
                    "as many, or fewer with vocab_size their count rounded up to a multiple "

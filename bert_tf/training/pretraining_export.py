@@ -35,14 +35,11 @@ def check_vocab(options, bert_config):
     """
     if not options.vocab_file:
         return
-    from bert_tf.tokenization import vocab_tokens
+    from bert_tf.tokenization import check_vocab_size
     if not tf.io.gfile.exists(options.vocab_file):
         raise BertError(f"--vocab_file={options.vocab_file}: file not found")
-    tokens = vocab_tokens(options.vocab_file)
-    if len(tokens) != bert_config.vocab_size:
-        raise BertError(f"--vocab_file={options.vocab_file}: {len(tokens)} tokens but "
-                        f"{options.bert_config_file} has vocab_size {bert_config.vocab_size}; "
-                        "pass the vocab the data was made with")
+    tokens = check_vocab_size(options.vocab_file, bert_config.vocab_size,
+                              options.bert_config_file or "the model")
     missing = [t for t in SPECIAL_TOKENS if t not in set(tokens)]
     if missing:
         raise BertError(f"--vocab_file={options.vocab_file}: no {', '.join(missing)} token "

@@ -1,0 +1,157 @@
+"""`--init_checkpoint=<any format>` supplies --bert_config_file, --vocab_file and
+--do_lower_case where the source carries them, as `bert_tf.from_pretrained` does.
+
+Every script calls `fill_options(options)` (the fine-tuning scripts through
+`bert_tf.tasks.cli.run_script`, run_pretraining in its main, bert-export-savedmodel through
+`fill_flags`). A flag the user gave that contradicts the source is a one-line BertError; one
+note on stderr says which values came from the source.
+"""
+import dataclasses
+import os
+import sys
+import tempfile
+
+from bert_tf import BertError
+
+HANDED = ("bert_config_file", "vocab_file", "do_lower_case")
+# BertConfig fields that make a config another model (dropout and the initializer may differ).
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings", "type_vocab_size", "hidden_act")
+
+
+def _config_file(src):
+    """A bert_config.json path for the source's config: its own file, else a temp copy."""
+    from bert_tf.convert import detect
+    from bert_tf.modeling.config import BertConfig
+    cfg = src.bert_config
+    own = detect._join(src.detected.directory, "bert_config.json")
+    if src.detected.format in ("tf1", "bert_tf", "model_garden") and os.path.exists(own) \
+            and BertConfig.from_json_file(own).to_dict() == cfg.to_dict():
+        return own
+    tmp = tempfile.mkdtemp(prefix="bert_tf_config_")
+    path = os.path.join(tmp, "bert_config.json")
+    cfg.to_json_file(path)
+    return path
+
+
+def _read_source(init_checkpoint, bert_config_file):
+    from bert_tf.pretrained import read_pretrained
+    try:
+        return read_pretrained(init_checkpoint), True
+    except BertError as e:
+        # a source without a config (e.g. a bare training checkpoint): the flag's then
+        if not bert_config_file or "bert_config_file" not in str(e):
+            raise BertError(f"--init_checkpoint={init_checkpoint}: {str(e).split(': ', 1)[-1]}"
+                            .replace("pass bert_config_file=...", "pass --bert_config_file")
+                            ) from None
+        return read_pretrained(init_checkpoint, bert_config_file=bert_config_file), False
+
+
+def resolve(init_checkpoint, current, explicit):
+    """The handed-off values for one script run.
+
+    Args:
+        init_checkpoint: the --init_checkpoint path.
+        current: {flag name: value} of the script's HANDED flags (those it has).
+        explicit: names among them the user set (on the command line, or non-default).
+
+    Returns:
+        ({flag name: new value}, [flag names taken from the source]).
+
+    Raises:
+        BertError: an explicit flag contradicts the source (one line, naming both).
+    """
+    from bert_tf.modeling.config import BertConfig
+    from bert_tf.tokenization import vocab_tokens
+    where = f"--init_checkpoint={init_checkpoint}"
+    given_cfg = current.get("bert_config_file") if "bert_config_file" in explicit else None
+    src, cfg_from_source = _read_source(init_checkpoint, given_cfg)
+    values, taken = {}, []
+    if "bert_config_file" in current and cfg_from_source:
+        if given_cfg:
+            mine = BertConfig.from_json_file(given_cfg).to_dict()
+            theirs = src.bert_config.to_dict()
+            diff = [k for k in SHAPE_FIELDS if mine.get(k) != theirs.get(k)]
+            if diff:
+                raise BertError(f"--bert_config_file={given_cfg}: {diff[0]} {mine.get(diff[0])}"
+                                f" but {where} has {theirs.get(diff[0])} (a different model)")
+        else:
+            values["bert_config_file"] = _config_file(src)
+            taken.append("bert_config_file")
+    if "vocab_file" in current and src.vocab_file:
+        given = current.get("vocab_file") if "vocab_file" in explicit else None
+        if given:
+            if vocab_tokens(given) != vocab_tokens(src.vocab_file):
+                raise BertError(f"--vocab_file={given}: not the vocab of {where} "
+                                f"({src.vocab_file})")
+        else:
+            values["vocab_file"] = src.vocab_file
+            taken.append("vocab_file")
+    if "do_lower_case" in current and src.casing_from in ("source", "name"):
+        if "do_lower_case" in explicit:
+            if bool(current["do_lower_case"]) != src.do_lower_case:
+                kind = "an uncased" if src.do_lower_case else "a cased"
+                raise BertError(f"--do_lower_case={current['do_lower_case']}: {where} is "
+                                f"{kind} model (do_lower_case={src.do_lower_case})")
+        else:
+            values["do_lower_case"] = src.do_lower_case
+            taken.append("do_lower_case")
+    return values, taken
+
+
+def _note(init_checkpoint, values, taken):
+    if taken:
+        shown = ", ".join(f"--do_lower_case={values[n]}" if n == "do_lower_case" else f"--{n}"
+                          for n in taken)
+        print(f"note: {shown} from --init_checkpoint={init_checkpoint}", file=sys.stderr)
+
+
+def _absl_explicit(names):
+    """Names the user passed on the command line, or None when absl flags are not parsed."""
+    try:
+        from absl import flags
+        fv = flags.FLAGS
+        if not fv.is_parsed():
+            return None
+        return {n for n in names if n in fv and fv[n].present}
+    except ImportError:
+        return None
+
+
+def fill_options(options, explicit=None):
+    """`options` (a dataclass with init_checkpoint) with the source's config, vocab and casing
+    where the user gave none; unchanged without --init_checkpoint.
+
+    Args:
+        options: a script's options dataclass (TrainerOptions subclass).
+        explicit: names the user set; default: absl's `FLAGS[name].present` after parsing,
+            else the fields whose value differs from the default.
+    """
+    init = getattr(options, "init_checkpoint", None)
+    if not init:
+        return options
+    fields = {f.name: f for f in dataclasses.fields(options)}
+    names = [n for n in HANDED if n in fields]
+    if not names:
+        return options
+    if explicit is None:
+        explicit = _absl_explicit(names)
+    if explicit is None:
+        explicit = {n for n in names if getattr(options, n) != fields[n].default}
+    current = {n: getattr(options, n) for n in names}
+    values, taken = resolve(init, current, set(explicit))
+    _note(init, values, taken)
+    return dataclasses.replace(options, **values) if values else options
+
+
+def fill_flags(flag_values):
+    """`fill_options` for a script that reads absl FLAGS directly: sets the flags' values."""
+    init = flag_values["init_checkpoint"].value if "init_checkpoint" in flag_values else None
+    if not init:
+        return
+    names = [n for n in HANDED if n in flag_values]
+    current = {n: flag_values[n].value for n in names}
+    values, taken = resolve(init, current, {n for n in names if flag_values[n].present})
+    _note(init, values, taken)
+    for name, value in values.items():
+        flag_values[name].value = value

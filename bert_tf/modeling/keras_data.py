@@ -1,0 +1,231 @@
+"""Keras conventions for every bert_tf model: Python lists and NumPy arrays as data.
+
+`KerasConventions` (a keras.Model mixin) turns the x / y / sample_weight / validation_data of
+`fit`, `evaluate`, `predict` and the inputs of a direct call into what Keras' data adapters
+take (Keras itself refuses a list of labels, and blames x for it), and names the argument at
+fault in a one-line `BertError`. Text-in models take strings (a tuple of two lists for
+sentence pairs); ids-in models take the dict of `input_word_ids`, `input_mask`,
+`input_type_ids`. `export(path)` writes the TF Serving export (`bert_tf.export.keras_export`).
+"""
+import numpy as np
+import tensorflow as tf
+
+from bert_tf import BertError
+
+_PASS_THROUGH = (tf.Tensor, tf.data.Dataset, tf.RaggedTensor, tf.SparseTensor)
+
+
+def _is_array_like(v):
+    return isinstance(v, (list, tuple, np.ndarray))
+
+
+def _first_bad(values, ok):
+    for i, v in enumerate(values):
+        if not ok(v):
+            return i, v
+    return None
+
+
+def to_text(x, what="x"):
+    """Strings (list, NumPy array, tensor) or a tuple of two of them -> tf.string tensors.
+
+    Args:
+        x: the data; datasets, generators and tensors pass through.
+        what: the argument's name, for errors.
+    """
+    if x is None or isinstance(x, _PASS_THROUGH) or not _is_array_like(x) and not isinstance(
+            x, (str, bytes)):
+        return x  # datasets, generators, PyDatasets, tensors: Keras' own business
+    if isinstance(x, (str, bytes)):
+        raise BertError(f"{what}: a single string; pass a list of strings")
+    pair = isinstance(x, tuple) or any(isinstance(v, _PASS_THROUGH) for v in x)
+    if pair and len(x) == 2 and not isinstance(x[0], (str, bytes)):
+        a, b = to_text(x[0], what), to_text(x[1], what)
+        if a.shape[0] != b.shape[0]:
+            raise BertError(f"{what}: the two lists of a sentence pair have {a.shape[0]} and "
+                            f"{b.shape[0]} texts")
+        return a, b
+    values = np.asarray(x, dtype=object)
+    if values.ndim != 1:
+        raise BertError(f"{what}: expected a flat list of strings (or a tuple of two lists for "
+                        f"sentence pairs), got shape {list(values.shape)}")
+    bad = _first_bad(values.tolist(), lambda v: isinstance(v, (str, bytes)))
+    if bad is not None:
+        raise BertError(f"{what}: expected strings, got {type(bad[1]).__name__} {bad[1]!r} at "
+                        f"index {bad[0]}")
+    return tf.constant([v if isinstance(v, bytes) else v.encode("utf-8")
+                        for v in values.tolist()], tf.string)
+
+
+def to_ids(x, what="x"):
+    """A dict of int lists / arrays (the encoder's inputs) -> dict of int32 arrays.
+
+    Args:
+        x: the data; datasets, generators and tensors pass through.
+        what: the argument's name, for errors.
+    """
+    if x is None or isinstance(x, _PASS_THROUGH):
+        return x
+    if _is_array_like(x):
+        flat = np.asarray(x, dtype=object).ravel().tolist()
+        if flat and all(isinstance(v, (str, bytes)) for v in flat):
+            raise BertError(f"{what}: strings need a text-in model (bert_tf.from_pretrained(..., "
+                            f"text_input=True)); this model takes a dict of input_word_ids, "
+                            f"input_mask, input_type_ids")
+        raise BertError(f"{what}: expected a dict of input_word_ids, input_mask, input_type_ids "
+                        f"(int arrays [batch, seq]), got a {type(x).__name__}")
+    if not isinstance(x, dict):
+        return x
+    if "input_word_ids" not in x:
+        raise BertError(f"{what}: the dict has no input_word_ids (keys: {', '.join(map(str, x))})")
+    out = {}
+    for k, v in x.items():
+        if _is_array_like(v):
+            arr = _array(v, f"{what}[{k!r}]")
+            if arr.dtype.kind not in "iub":
+                raise BertError(f"{what}[{k!r}]: expected int ids, got dtype {arr.dtype}")
+            v = arr.astype(np.int32)
+        out[k] = v
+    return out
+
+
+def _array(v, what):
+    try:
+        arr = np.asarray(v)
+    except ValueError as e:  # ragged nested lists
+        raise BertError(f"{what}: not a rectangular array ({str(e).splitlines()[0]})") from None
+    if arr.dtype == object:
+        raise BertError(f"{what}: not a rectangular array of numbers")
+    return arr
+
+
+def to_targets(y, what="y"):
+    """Labels / targets / sample weights as lists or arrays (or a dict of them) -> arrays.
+
+    Args:
+        y: the data; datasets and tensors pass through.
+        what: the argument's name, for errors.
+    """
+    if isinstance(y, dict):
+        return {k: to_targets(v, f"{what}[{k!r}]") for k, v in y.items()}
+    if not _is_array_like(y):
+        return y
+    arr = _array(y, what)
+    if arr.dtype.kind in "USO":
+        raise BertError(f"{what}: expected numbers (class ids 0..n-1 for classification), got "
+                        f"strings such as {arr.ravel().tolist()[0]!r}")
+    return arr
+
+
+def num_examples(data):
+    """Batch size of converted x or y, or None when it is not known up front."""
+    if isinstance(data, dict):
+        data = data.get("input_word_ids", next(iter(data.values()), None))
+    if isinstance(data, tuple) and len(data) == 2:
+        data = data[0]
+    shape = getattr(data, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) and shape[0] is not None else None
+
+
+class KerasConventions:
+    """keras.Model mixin: list / array data in fit, evaluate, predict, validation_data and
+    direct calls, one-line errors naming the argument, and `export` for TF Serving.
+
+    A subclass sets `_text_input` (True: strings in, False: the ids dict).
+    """
+
+    _text_input = False
+
+    def _x(self, x, what):
+        return to_text(x, what) if self._text_input else to_ids(x, what)
+
+    def _xy(self, x, y, sample_weight, what_x="x", what_y="y", what_w="sample_weight"):
+        x, y = self._x(x, what_x), to_targets(y, what_y)
+        sample_weight = to_targets(sample_weight, what_w)
+        nx, ny = num_examples(x), num_examples(y)
+        if nx is not None and ny is not None and nx != ny:
+            where = "x and y" if what_x == "x" else what_x
+            raise BertError(f"{where}: {nx} inputs but {ny} labels")
+        return x, y, sample_weight
+
+    def _validation(self, data):
+        if isinstance(data, list) and len(data) in (2, 3):
+            data = tuple(data)
+        if not isinstance(data, tuple) or len(data) not in (2, 3):
+            return data
+        x, y, w = self._xy(*(data + (None,))[:3], what_x="validation_data",
+                           what_y="validation_data (labels)",
+                           what_w="validation_data (sample weights)")
+        return (x, y) if len(data) == 2 else (x, y, w)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
+            validation_split=0.0, validation_data=None, shuffle=True, class_weight=None,
+            sample_weight=None, **kwargs):
+        """`keras.Model.fit`; x, y, sample_weight and validation_data may be lists / arrays
+        (strings for a text-in model, a tuple of two lists for sentence pairs).
+
+        Args:
+            x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
+                shuffle, class_weight, sample_weight: as `keras.Model.fit`.
+            **kwargs: its other keyword arguments.
+        """
+        x, y, sample_weight = self._xy(x, y, sample_weight)
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
+                           callbacks=callbacks, validation_split=validation_split,
+                           validation_data=self._validation(validation_data), shuffle=shuffle,
+                           class_weight=class_weight, sample_weight=sample_weight, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None,
+                 **kwargs):
+        """`keras.Model.evaluate`; x, y and sample_weight as for `fit`.
+
+        Args:
+            x, y, batch_size, verbose, sample_weight: as `keras.Model.evaluate`.
+            **kwargs: its other keyword arguments.
+        """
+        x, y, sample_weight = self._xy(x, y, sample_weight)
+        return super().evaluate(x, y, batch_size=batch_size, verbose=verbose,
+                                sample_weight=sample_weight, **kwargs)
+
+    def predict(self, x, batch_size=None, verbose="auto", **kwargs):
+        """`keras.Model.predict`; x as for `fit`.
+
+        Args:
+            x, batch_size, verbose: as `keras.Model.predict`.
+            **kwargs: its other keyword arguments.
+        """
+        return super().predict(self._x(x, "x"), batch_size=batch_size, verbose=verbose,
+                               **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        if args:
+            args = (self._x(args[0], "inputs"),) + args[1:]
+        elif "inputs" in kwargs:
+            kwargs["inputs"] = self._x(kwargs["inputs"], "inputs")
+        return super().__call__(*args, **kwargs)
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """Writes the TF Serving SavedModel (Keras 3's `export`, same name and meaning).
+
+        `filepath` is the SavedModel folder itself, as in Keras; TF Serving loads
+        `<model_base>/<version>/`, so pass e.g. `models/clf/1` and serve `models/clf`. See
+        `bert_tf.export.keras_export.export_model` for what is written and the keyword
+        arguments (vocab_file, labels, seq_length, warmup_texts, ...).
+
+        Args:
+            filepath: the export folder (replaced atomically if it exists).
+            format: "tf_saved_model" (the only one bert_tf writes itself; others go to Keras).
+            verbose: print where the export went and its signatures (default True).
+            input_signature: must be None: the signatures are bert_tf's.
+            **kwargs: `export_model` keyword arguments.
+        """
+        if format != "tf_saved_model":
+            return super().export(filepath, format=format, verbose=verbose,
+                                  input_signature=input_signature, **kwargs)
+        if input_signature is not None:
+            raise BertError("export: input_signature is fixed by bert_tf (text or ids "
+                            "signatures); leave it unset")
+        from bert_tf.export.keras_export import export_model
+        return export_model(self, filepath, verbose=True if verbose is None else verbose,
+                            **kwargs)

@@ -1,0 +1,100 @@
+"""Hand-offs between the parts: from_pretrained / --init_checkpoint read `.keras` files and the
+`bert-convert --to=savedmodel` pair, and --init_checkpoint supplies --bert_config_file,
+--vocab_file and --do_lower_case where the source carries them."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bert_tf
+from bert_tf import BertError
+from bert_tf.convert.handoff import fill_options
+from bert_tf.training.options import PretrainingOptions
+from test_convert_encoder_only import write_bert_model_dir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXT = ["the movie was good", "a dull film"]
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    return write_bert_model_dir(tmp_path_factory.mktemp("handoff"))
+
+
+def test_init_checkpoint_fills_config_vocab_and_casing(hf_dir, capsys):
+    from bert_tf.modeling.config import BertConfig
+    o = fill_options(PretrainingOptions(init_checkpoint=hf_dir), explicit=set())
+    assert BertConfig.from_json_file(o.bert_config_file).to_dict()["hidden_size"] == 16
+    assert o.vocab_file == f"{hf_dir}/vocab.txt" and o.do_lower_case is True
+    assert capsys.readouterr().err.splitlines() == [
+        f"note: --bert_config_file, --vocab_file, --do_lower_case=True from "
+        f"--init_checkpoint={hf_dir}"]
+    # The same values given explicitly: nothing to take, no contradiction.
+    same = PretrainingOptions(init_checkpoint=hf_dir, vocab_file=f"{hf_dir}/vocab.txt",
+                              bert_config_file=o.bert_config_file, do_lower_case=True)
+    assert fill_options(same, {"vocab_file", "bert_config_file", "do_lower_case"}) == same
+
+
+def test_contradicting_flags_are_one_line(hf_dir, tmp_path):
+    cfg = json.load(open(os.path.join(os.path.dirname(hf_dir), "bert_config.json")))
+    (tmp_path / "big.json").write_text(json.dumps(dict(cfg, hidden_size=32)))
+    (tmp_path / "v.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    cases = [(dict(do_lower_case=False), "--do_lower_case=False: --init_checkpoint=.* is an "
+                                         r"uncased model \(do_lower_case=True\)$"),
+             (dict(bert_config_file=str(tmp_path / "big.json")),
+              "--bert_config_file=.*big.json: hidden_size 32 but --init_checkpoint=.* has 16 "),
+             (dict(vocab_file=str(tmp_path / "v.txt")), "--vocab_file=.*v.txt: not the vocab")]
+    for given, want in cases:
+        with pytest.raises(BertError, match="^" + want) as e:
+            fill_options(PretrainingOptions(init_checkpoint=hf_dir, **given), set(given))
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow  # two SavedModel exports and loads: about 80 s on 2 cores
+def test_convert_savedmodel_pair_loads(hf_dir, tmp_path):
+    from bert_tf.convert.__main__ import convert
+    ref = bert_tf.from_pretrained(hf_dir, text_input=True, seq_length=16)
+    want = ref.predict(TEXT, verbose=0)["pooled_output"]
+    pair = convert("hf", hf_dir, "savedmodel", str(tmp_path / "sm"))
+    for path in (pair, os.path.join(pair, "encoder")):
+        got = bert_tf.from_pretrained(path, text_input=True, seq_length=16)
+        np.testing.assert_allclose(got.predict(TEXT, verbose=0)["pooled_output"], want,
+                                   atol=1e-6)
+
+
+def test_keras_file_loads(hf_dir, tmp_path):
+    clf = bert_tf.from_pretrained(hf_dir, task="classification", num_classes=2,
+                                  text_input=True, seq_length=16)
+    clf.save(str(tmp_path / "clf.keras"))
+    src = bert_tf.pretrained.read_pretrained(str(tmp_path / "clf.keras"))
+    assert (src.detected.format, src.do_lower_case, src.casing_from) == ("keras", True, "source")
+    assert open(src.vocab_file).read() == open(f"{hf_dir}/vocab.txt").read()
+    again = bert_tf.from_pretrained(str(tmp_path / "clf.keras"), task="classification",
+                                    num_classes=2, text_input=True, seq_length=16)
+    np.testing.assert_array_equal(again.predict(TEXT, verbose=0), clf.predict(TEXT, verbose=0))
+
+
+def test_extract_features_needs_only_init_checkpoint(hf_dir, tmp_path):
+    (tmp_path / "in.txt").write_text("the movie was good\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "bert_tf.commands.extract_features", "--layers=-1",
+         f"--input_file={tmp_path / 'in.txt'}", f"--output_file={tmp_path / 'o.jsonl'}",
+         f"--init_checkpoint={hf_dir}", "--max_seq_length=16"], capture_output=True, text=True,
+        cwd=ROOT, env=dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (f"note: --bert_config_file, --vocab_file, --do_lower_case=True from "
+            f"--init_checkpoint={hf_dir}") in out.stderr.splitlines()
+    line = json.loads((tmp_path / "o.jsonl").read_text().splitlines()[0])
+    assert [f["token"] for f in line["features"]] == ["[CLS]", "the", "movie", "was", "good",
+                                                      "[SEP]"]
+
+
+def test_lazy_submodules():
+    code = ("import sys, bert_tf; assert 'tensorflow' not in sys.modules; "
+            "f = bert_tf.export.load_as_keras_model; print(f.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""), check=True)
+    assert out.stdout.strip() == "bert_tf.export.keras_loading"
