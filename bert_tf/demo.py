@@ -1,6 +1,6 @@
 """`make demo` / `bert-demo`: the original release's whole workflow on the shipped sample corpus.
 
-    bert-demo [--output_dir demo_out] [--train_steps 300] [--export_base export]
+    bert-demo [--output_dir demo_out] [--train_steps 2000] [--export_base export]
     (or: python -m bert_tf.demo ...; outputs go under the current directory by default)
 
 Each step runs the same command a user would run with their own data, and prints it first so
@@ -13,8 +13,11 @@ it can be copied:
      layout, warm-up requests): text-in fill-mask and embeddings, the TF Hub preprocessor +
      encoder pair
   5. a fresh process (bert_tf/demo_predict.py, plain Keras) loads the exports and prints
-     fill-mask predictions and sentence embeddings
-  6. the tensorflow_model_server / docker command and a curl request for the fill-mask model.
+     fill-mask predictions on sentences of the corpus (seen in training: they show that the
+     pipeline learns, not that the model generalises) and sentence-embedding cosines
+  6. the tensorflow_model_server / docker command and a curl request for the fill-mask model,
+     then a summary (loss and masked-LM accuracy at the start and the end, the exports' sizes)
+     and the commands that fine-tune, export and serve your own model.
 The steps run as `python -m bert_tf.commands.<name>` with this interpreter (what the printed
 `bert-<name>` commands run), so the demo works from a checkout and from an installed wheel.
 """
@@ -38,16 +41,27 @@ TINY_CONFIG = resources.config_file("bert_tiny")
 PREDICT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_predict.py")
 MODEL_NAME = "bert_demo"
 
-DEMO_SENTENCES = [
-    "the keeper trimmed the [MASK] at dusk .",
-    "oxen dragged each [MASK] to the cliff .",
-    "the lens had been ground in a [MASK] far to the south .",
+# Sentences of the sample corpus, one per topic, with the word the model should fill in.
+DEMO_FILL_MASK = [
+    ("every evening at dusk he trimmed the wicks and polished the great [MASK] until it "
+     "shone .", "lens"),
+    ("the baker mixes the [MASK] and water first and lets the dough rest for half an hour .",
+     "flour"),
+    ("each colony has a single [MASK] , whose only task is to lay eggs .", "queen"),
+    ("a [MASK] swings back and forth and releases the escapement at each swing .", "pendulum"),
+    ("along the coast , salt was made by letting the sun evaporate sea [MASK] in shallow pans .",
+     "water"),
 ]
+DEMO_SENTENCES = [text for text, _ in DEMO_FILL_MASK]
+# Two topics, two sentences each (new sentences, words of the corpus): each same-topic pair
+# should be closer than every pair across the topics.
 EMBED_SENTENCES = [
-    "The keeper polished the great lens until it shone.",
-    "Every evening he trimmed the wicks of the lamp.",
-    "The granite was quarried two miles inland.",
+    "The keeper polished the great lens of the lighthouse.",
+    "The beam of the lighthouse swept across the water at night.",
+    "The baker folds the dough and lets the loaf rise.",
+    "The loaf is placed in a hot oven until the crust is brown.",
 ]
+SAME_TOPIC = [(0, 1), (2, 3)]
 
 FLAGS = flags.FLAGS
 
@@ -67,14 +81,16 @@ def _define_flags():
     flags.DEFINE_integer("vocab_size", 2000, "Size of the learned vocab (upper bound).")
     flags.DEFINE_string("bert_config_file", TINY_CONFIG, "Model shape (vocab_size is replaced by "
                         "the vocab's).")
-    flags.DEFINE_integer("max_seq_length", 64, "Sequence length of the pre-training examples.")
-    flags.DEFINE_integer("max_predictions_per_seq", 10, "Masked positions per example.")
-    flags.DEFINE_integer("dupe_factor", 10, "Copies of the corpus with different masks.")
-    flags.DEFINE_integer("train_steps", 1000, "Pre-training steps.")
+    flags.DEFINE_integer("max_seq_length", 32, "Sequence length of the pre-training examples "
+                         "(short: a sentence starts near the front, as in the fill-mask demo).")
+    flags.DEFINE_integer("max_predictions_per_seq", 5, "Masked positions per example.")
+    flags.DEFINE_integer("dupe_factor", 5, "Copies of the corpus (different sentence pairs).")
+    flags.DEFINE_integer("train_steps", 2000, "Pre-training steps (masks drawn afresh at every "
+                         "read: --dynamic_masking).")
     flags.DEFINE_integer("train_batch_size", 32, "Global batch size.")
-    flags.DEFINE_float("learning_rate", 5e-4, "Peak learning rate (tiny model, tiny corpus; 1e-3 "
+    flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate (tiny model, tiny corpus; 2e-3 "
                        "stalls on the unigram plateau).")
-    flags.DEFINE_integer("iterations_per_loop", 100, "Steps per loop (one console line each).")
+    flags.DEFINE_integer("iterations_per_loop", 200, "Steps per loop (one console line each).")
     flags.DEFINE_integer("seed", 12345, "Seed of data generation and training.")
 
 
@@ -82,10 +98,12 @@ def _say(text):
     print(f"\n==> {text}", flush=True)
 
 
-# TF's start-up and SavedModel-writing chatter: kept in the step's output, not echoed.
-_NOISE = re.compile(r"cuInit|cuda_platform|signature_serialization|functional_saver|builder_impl"
-                    r"|fingerprinting_utils|oneDNN custom operations|cpu_feature_guard"
-                    r"|rebuild TensorFlow with the appropriate compiler flags")
+def _noise():
+    """TF start-up lines a user cannot act on (the commands drop them themselves; the
+    vocab builder and demo_predict.py do not): kept in the step's log, not echoed."""
+    from bert_tf.commands import quiet
+    pattern = quiet.noise_pattern()
+    return lambda line: pattern.search(line.rstrip("\n").encode()) is not None
 
 
 def _shown(arg):
@@ -112,9 +130,9 @@ def _run(argv, log_path=None):
     print("$ " + " ".join(shown), flush=True)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1)
-    lines = []
+    lines, noise = [], _noise()
     for line in proc.stdout:
-        if not _NOISE.search(line):
+        if not noise(line):
             sys.stdout.write(line)
         lines.append(line)
     output = "".join(lines)
@@ -138,6 +156,11 @@ def _next_version(export_base, names):
     return max(serving.next_version(posixpath.join(export_base, n)) for n in names)
 
 
+def _mask_id(vocab_file):
+    from bert_tf.tokenization import MASK, vocab_tokens
+    return vocab_tokens(vocab_file).index(MASK)
+
+
 def write_demo_config(base_config_file, vocab_file, path):
     """Writes `base_config_file` with vocab_size set to the vocab's size; returns the config.
 
@@ -159,10 +182,39 @@ def parse_losses(train_log):
     return [float(m) for m in re.findall(r"step \d+/\d+ loss=([0-9.]+)", train_log)]
 
 
+def parse_progress(train_log):
+    """(step, loss, masked-LM accuracy) of each training loop line of the training log."""
+    return [(int(s), float(loss), float(acc)) for s, loss, acc in re.findall(
+        r"step (\d+)/\d+ loss=([0-9.]+) .*?mlm_acc=([0-9.]+)", train_log)]
+
+
+def check_predictions(predictions):
+    """How many fill-mask answers are in the top 5, and the same-topic vs cross-topic cosines.
+
+    Args:
+        predictions: demo_predict.py's results for DEMO_SENTENCES and EMBED_SENTENCES.
+    Returns:
+        {"hits": [bool per sentence], "same": [cosines], "cross": [cosines]}.
+    """
+    hits = [answer in f["masks"][0]["tokens"]
+            for f, (_, answer) in zip(predictions["fill_mask"], DEMO_FILL_MASK)]
+    cos = predictions["embeddings"]["cosine"]
+    n = len(cos)
+    same = [cos[i][j] for i, j in SAME_TOPIC]
+    cross = [cos[i][j] for i in range(n) for j in range(i + 1, n) if (i, j) not in SAME_TOPIC]
+    return {"hits": hits, "same": same, "cross": cross}
+
+
+def _size(path):
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
+                for f in files)
+    return f"{total / 1e6:.1f} MB"
+
+
 def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
              do_lower_case=True, vocab_size=2000, bert_config_file=TINY_CONFIG,
-             max_seq_length=64, max_predictions_per_seq=10, dupe_factor=10, train_steps=1000,
-             train_batch_size=32, learning_rate=5e-4, iterations_per_loop=100, seed=12345):
+             max_seq_length=32, max_predictions_per_seq=5, dupe_factor=5, train_steps=2000,
+             train_batch_size=32, learning_rate=1e-3, iterations_per_loop=200, seed=12345):
     """Runs steps 1-6; returns a dict of paths and the per-loop training losses.
 
     Args:
@@ -226,6 +278,7 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
         f"--save_checkpoints_steps={iterations_per_loop * 2}",
         f"--iterations_per_loop={iterations_per_loop}", "--max_eval_steps=10",
         f"--seed={seed}", f"--vocab_file={vocab_file}", lower, f"--export_dir={export_base}",
+        "--dynamic_masking", f"--mask_id={_mask_id(vocab_file)}",
         f"--model_name={MODEL_NAME}", "--noprogress"],
         log_path=os.path.join(output_dir, "pretraining.log"))
     losses = parse_losses(train_log)
@@ -237,19 +290,75 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
         print(f"  {path}")
 
     _say("5/6 a fresh process loads the exports with plain Keras (no bert_tf import)")
-    predict_out = _run([sys.executable, PREDICT_SCRIPT,
-                        f"--fill_mask_dir={fill_mask_dir}", f"--preprocessor_dir={pre_dir}",
-                        f"--encoder_dir={enc_dir}", "--fill_mask_text=" + "|".join(DEMO_SENTENCES),
-                        "--embed_text=" + "|".join(EMBED_SENTENCES), "--json"])
+    print("The fill-mask sentences are from the training corpus: the model saw them, so the "
+          "right words show\nthat the pipeline learns, not that the model generalises (that "
+          "takes a real corpus).")
+    results_file = os.path.join(output_dir, "predictions.json")
+    _run([sys.executable, PREDICT_SCRIPT,
+          f"--fill_mask_dir={fill_mask_dir}", f"--preprocessor_dir={pre_dir}",
+          f"--encoder_dir={enc_dir}", "--fill_mask_text=" + "|".join(DEMO_SENTENCES),
+          "--embed_text=" + "|".join(EMBED_SENTENCES), f"--json_file={results_file}"])
+    with open(results_file, encoding="utf-8") as f:
+        predictions = json.load(f)
+    check = check_predictions(predictions)
+    print(f"right word in the top 5: {sum(check['hits'])}/{len(check['hits'])} ("
+          + ", ".join(f"{a}{'' if h else ' (missed)'}"
+                      for (_, a), h in zip(DEMO_FILL_MASK, check["hits"])) + ")")
+    print("cosine of same-topic pairs: " + ", ".join(f"{c:.2f}" for c in check["same"])
+          + "; of unrelated pairs: " + ", ".join(f"{c:.2f}" for c in check["cross"]))
 
     _say("6/6 serve it with stock TF Serving")
     print(serving_instructions(export_base, MODEL_NAME))
-    print(f"\ndemo finished in {time.time() - start:.0f} s; losses per loop: "
-          + ", ".join(f"{x:.3f}" for x in losses))
-    predictions = json.loads(predict_out.strip().splitlines()[-1])
+    progress = parse_progress(train_log)
+    print(summary(progress, train_log, [posixpath.join(export_base, n, str(version))
+                                        for n in names], time.time() - start))
+    print(next_commands(vocab_file, config_file, train_dir, export_base, do_lower_case))
     return {"vocab_file": vocab_file, "config_file": config_file, "train_dir": train_dir,
             "fill_mask_dir": fill_mask_dir, "preprocessor_dir": pre_dir, "encoder_dir": enc_dir,
-            "losses": losses, "predictions": predictions}
+            "losses": losses, "progress": progress, "predictions": predictions,
+            "check": check}
+
+
+def summary(progress, train_log, export_dirs, seconds):
+    """The closing table: loss and masked-LM accuracy at the first and last loop, the eval's,
+    and each export with its size.
+
+    Args:
+        progress: [(step, loss, mlm accuracy)] per training loop (`parse_progress`).
+        train_log: bert-run-pretraining's output (for the eval line).
+        export_dirs: the export version folders.
+        seconds: the demo's wall time.
+    """
+    rows = [f"{'':12}{'step':>6}{'loss':>9}{'MLM accuracy':>14}"]
+    for label, (step, loss, acc) in (("first loop", progress[0]), ("last loop", progress[-1])):
+        rows.append(f"{label:12}{step:>6}{loss:>9.3f}{acc:>14.3f}")
+    m = re.search(r"eval at step (\d+): loss=([0-9.]+) masked_lm_accuracy=([0-9.]+)", train_log)
+    if m:
+        rows.append(f"{'eval':12}{m[1]:>6}{float(m[2]):>9.3f}{float(m[3]):>14.3f}")
+    rows.append("")
+    rows += [f"{_shown(d):58} {_size(d):>8}" for d in export_dirs]
+    return (f"\n==> summary (demo finished in {seconds:.0f} s)\n" + "\n".join(rows))
+
+
+def next_commands(vocab_file, config_file, train_dir, export_base, do_lower_case):
+    """The commands that take it further, with this run's files.
+
+    Args:
+        vocab_file, config_file, train_dir, export_base: this run's paths.
+        do_lower_case: the vocab's casing.
+    """
+    v, c, t, e = (_shown(p) for p in (vocab_file, config_file, train_dir, export_base))
+    lower = "" if do_lower_case else " --nodo_lower_case"
+    return f"""
+==> next
+# fine-tune the pre-trained checkpoint, e.g. on GLUE MRPC (tab-separated files in glue_data/MRPC):
+bert-run-classifier --task_name=mrpc --data_dir=glue_data/MRPC --do_train --do_eval \\
+  --vocab_file={v} --bert_config_file={c} --init_checkpoint={t} \\
+  --max_seq_length=64 --output_dir=mrpc_out{lower}
+# export a checkpoint (yours or a released one) for TF Serving:
+bert-export-savedmodel --bert_config_file={c} --vocab_file={v} --init_checkpoint={t} \\
+  --task=fill_mask --export_base={e} --model_name=bert_demo{lower}
+# serve it: the tensorflow_model_server / docker commands above (export/README.md has more)"""
 
 
 def serving_instructions(export_base, model_name):

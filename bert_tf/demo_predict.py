@@ -4,8 +4,8 @@
         --preprocessor_dir export/bert_demo_preprocessor/1 --encoder_dir export/bert_demo_encoder/1
 
 Deliberately imports nothing from bert_tf (run it as a file, not with -m): loading needs only
-keras, tensorflow and tensorflow_text (which registers the tokenizer ops). `--json` ends the
-output with one JSON line of the results (the demo's test reads it).
+keras, tensorflow and tensorflow_text (which registers the tokenizer ops). `--json_file` also
+writes the results as JSON (the demo reads them).
 """
 import json
 import os
@@ -26,7 +26,7 @@ flags.DEFINE_string("preprocessor_dir", None, "Preprocessor export (text -> inpu
 flags.DEFINE_string("encoder_dir", None, "Encoder export (input ids -> pooled/sequence output).")
 flags.DEFINE_string("fill_mask_text", "the [MASK] shone at dusk .", "'|'-separated texts.")
 flags.DEFINE_string("embed_text", "a lamp.|a lens.", "'|'-separated texts to embed.")
-flags.DEFINE_bool("json", False, "End with one JSON line of the results.")
+flags.DEFINE_string("json_file", None, "Also write the results to this JSON file.")
 
 
 def _strings(x):
@@ -79,6 +79,7 @@ def embed(preprocessor_dir, encoder_dir, texts):
     print(f"  mean-pooled sequence_output: shape {vectors.shape}; cosine similarity:")
     for i, text in enumerate(texts):
         print("   " + " ".join(f"{c:5.2f}" for c in cosine[i]) + f"  {text}")
+    print("  (rows and columns in the order of the texts)")
     return {"shape": list(vectors.shape), "cosine": cosine.round(4).tolist()}
 
 
@@ -97,8 +98,9 @@ def main(argv):
         print("sentence embeddings (preprocessor + encoder in one Keras model):")
         results["embeddings"] = embed(FLAGS.preprocessor_dir, FLAGS.encoder_dir,
                                       FLAGS.embed_text.split("|"))
-    if FLAGS.json:
-        print(json.dumps(results))
+    if FLAGS.json_file:
+        with open(FLAGS.json_file, "w", encoding="utf-8") as f:
+            json.dump(results, f)
 
 
 if __name__ == "__main__":

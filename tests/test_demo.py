@@ -1,11 +1,19 @@
-"""The demo pipeline end to end (what `make demo` runs), with fewer steps."""
+"""The demo pipeline end to end (what `make demo` runs): with fewer steps in the default suite,
+in full (`bert-demo` from an empty folder, the learning criteria) behind `slow`."""
 import os
+import re
+import subprocess
 import sys
+import time
 
 import pytest
 
 from bert_tf import demo, resources
-from bert_tf.tokenization import vocab_tokens
+from bert_tf.tokenization import BasicTokenizer, vocab_tokens
+
+from test_quiet import noisy
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
 def test_parse_losses_reads_only_training_loop_lines():
@@ -20,7 +28,8 @@ def test_serving_instructions_name_the_model_and_a_rest_body():
     assert "-v /srv/export/bert_demo:/models/bert_demo -e MODEL_NAME=bert_demo" in text
     assert "--model_base_path=/srv/export/bert_demo" in text
     assert "http://localhost:8501/v1/models/bert_demo:predict" in text
-    assert '{"instances": ["the keeper trimmed the [MASK] at dusk ."]}' in text
+    assert '{"instances": ["every evening at dusk he trimmed the wicks and polished the great ' \
+           '[MASK] until it shone ."]}' in text
 
 
 def test_steps_are_printed_as_console_commands_relative_to_the_cwd(tmp_path, monkeypatch):
@@ -41,6 +50,26 @@ def test_defaults_are_the_packaged_corpus_and_config():
     assert os.path.exists(demo.PREDICT_SCRIPT)
 
 
+def test_demo_sentences_are_from_the_corpus_and_answers_are_words_of_it():
+    tok = BasicTokenizer(do_lower_case=True)
+    corpus = [" ".join(tok.tokenize(line)) for line in
+              open(demo.SAMPLE_CORPUS, encoding="utf-8").read().splitlines()]
+    for text, answer in demo.DEMO_FILL_MASK:
+        assert text.replace("[MASK]", answer) in corpus, text
+    words = {w for line in corpus for w in line.split()}
+    for text in demo.EMBED_SENTENCES:
+        assert set(tok.tokenize(text)) <= words, text
+
+
+def test_check_predictions_counts_hits_and_splits_pairs():
+    fill = [{"masks": [{"tokens": [answer if i != 2 else "x", "a", "b", "c", "d"]}]}
+            for i, (_, answer) in enumerate(demo.DEMO_FILL_MASK)]
+    cos = [[1, .9, .2, .3], [.9, 1, .4, .1], [.2, .4, 1, .8], [.3, .1, .8, 1]]
+    got = demo.check_predictions({"fill_mask": fill, "embeddings": {"cosine": cos}})
+    assert got == {"hits": [True, True, False, True, True], "same": [.9, .8],
+                   "cross": [.2, .3, .4, .1]}
+
+
 def test_failed_step_is_one_line_error(tmp_path):
     with pytest.raises(demo.BertError, match=r"^bert_tf.tokenization.vocab_builder: step failed \(exit 1\)"):
         demo.run_demo(str(tmp_path / "out"), str(tmp_path / "export"),
@@ -52,6 +81,7 @@ def test_demo_end_to_end(tmp_path, capsys):
     result = demo.run_demo(str(tmp_path / "out"), export_base, train_steps=60,
                            iterations_per_loop=20, dupe_factor=3)
     printed = capsys.readouterr().out
+    assert noisy(printed) == [], noisy(printed)
 
     # Pre-training: one loss per loop, falling clearly (first loop starts near ln(V) + ln 2).
     losses = result["losses"]
@@ -77,9 +107,37 @@ def test_demo_end_to_end(tmp_path, capsys):
         assert all(s >= 0 for s in scores) and scores == sorted(scores, reverse=True)
         assert sum(scores) <= 1 + 1e-6
     emb = result["predictions"]["embeddings"]
-    assert emb["shape"] == [3, 128]
-    assert all(abs(emb["cosine"][i][i] - 1) < 1e-3 for i in range(3))
+    assert emb["shape"] == [4, 128]
+    assert all(abs(emb["cosine"][i][i] - 1) < 1e-3 for i in range(4))
+    assert len(result["check"]["hits"]) == 5 and len(result["check"]["same"]) == 2
+
+    # The closing summary: first and last loop, the exports with sizes, what to run next.
+    assert [p[0] for p in result["progress"]] == [20, 40, 60]
+    assert re.search(r"first loop +20 +[0-9.]+ +[0-9.]+\nlast loop +60 ", printed)
+    assert re.search(r"bert_demo_encoder/1 +[0-9.]+ MB", printed)
+    assert "bert-run-classifier --task_name=mrpc" in printed
+    step5 = printed.split("==> 5/6")[1].split("==> 6/6")[0]
+    assert "right word in the top 5: " in step5 and '{"' not in step5  # no raw JSON
 
     # What step 6 prints: how to serve this very export.
     assert f"--model_base_path={export_base}/bert_demo" in printed
     assert "fill-mask (top 5 per [MASK]):" in printed
+
+
+@pytest.mark.slow  # the full demo: ~3 minutes on 2 cores
+def test_bert_demo_learns_from_an_empty_folder(tmp_path):
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "bert_tf.demo"], cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                          timeout=900)
+    seconds = time.time() - start
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert noisy(proc.stdout) == [] and noisy(proc.stderr) == [], proc.stderr
+    m = re.search(r"right word in the top 5: (\d)/5", proc.stdout)
+    assert m and int(m[1]) >= 4, proc.stdout[-3000:]
+    m = re.search(r"cosine of same-topic pairs: (.*); of unrelated pairs: (.*)", proc.stdout)
+    same = [float(x) for x in m[1].split(", ")]
+    cross = [float(x) for x in m[2].split(", ")]
+    assert min(same) > max(cross), m[0]
+    assert sorted(os.listdir(tmp_path)) == ["demo_out", "export"]
+    print(f"bert-demo: {seconds:.0f} s")

@@ -46,10 +46,14 @@ _HELP_FLAGS = {"?", "help", "helpshort", "helpfull", "helpxml"}  # absl's (no -h
 
 
 def exit_zero_on_help(run):
-    """Calls `run()` (a command's absl `app.run`); after --help, exits 0 as other CLIs do.
+    """Calls `run()` (a command's absl `app.run`) with quiet console output (`quiet.setup`);
+    after --help, exits 0 as other CLIs do.
 
-    absl exits with status 1 once it has printed the help.
+    Every command's main runs through here, before TensorFlow is imported. absl exits with
+    status 1 once it has printed the help.
     """
+    from bert_tf.commands import quiet
+    quiet.setup()
     try:
         run()
     except SystemExit as e:

@@ -71,6 +71,9 @@ class Trainer:
         self.strategy = strategy or distribute.strategy_from_options(o)
         n = self.strategy.num_replicas_in_sync
         self.is_chief = distribute.is_chief(self.strategy)
+        devices = getattr(self.strategy.extended, "worker_devices", ())
+        if any("CPU" not in d.upper() for d in devices):  # GPUs/TPUs: say which (C++ logs don't)
+            log.info("training on %s", ", ".join(devices))
         o.check(n)
         task.check(o, n)
         if o.seed is not None:
@@ -320,8 +323,10 @@ class Trainer:
         if self.loss_scaling:
             m["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
         summaries.write_scalars(writer, step, {k: v for k, v in m.items() if k != "step"})
-        log.info("step %d/%d %s lr=%.3g examples/s=%.1f", step, self.num_train_steps,
-                 self.task.log_text(m), m["learning_rate"], m["examples_per_second"])
+        left = (self.num_train_steps - step) * elapsed / n
+        log.info("step %d/%d %s lr=%.3g examples/s=%.1f left=%dm%02ds", step,
+                 self.num_train_steps, self.task.log_text(m), m["learning_rate"],
+                 m["examples_per_second"], left // 60, left % 60)
         bar.update(n)
         bar.set_postfix(loss=f"{m['loss']:.4f}")
         return m
