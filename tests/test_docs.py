@@ -1,4 +1,5 @@
-"""docs/API.md's examples run, in order, as one program (so the docs cannot go stale)."""
+"""docs/API.md's examples run, in order, as one program (so the docs cannot go stale).
+The other docs' blocks, and API.md's non-python ones, run in tests/test_doc_blocks.py."""
 import os
 import re
 
@@ -25,7 +26,9 @@ def test_api_examples_run(tmp_path, monkeypatch, capsys):
     for i, block in enumerate(_blocks()):
         try:
             exec(compile(block, f"docs/API.md block {i + 1}", "exec"), namespace)
-        except Exception as e:  # name the block that broke
-            pytest.fail(f"docs/API.md block {i + 1}: {type(e).__name__}: {e}")
+        except Exception as e:  # name the block that broke by its first line
+            first = next((ln for ln in block.splitlines() if ln.strip()), "")
+            pytest.fail(f"docs/API.md: block {first!r} (python block {i + 1}): "
+                        f"{type(e).__name__}: {e}", pytrace=False)
     # The config example prints the one-line validation error.
     assert "hidden_size" in capsys.readouterr().out
