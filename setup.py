@@ -57,9 +57,10 @@ setup(
     version="0.1.0",
     description="Original BERT (pre-training data, pre-training, export, fine-tuning) on TF 2 / Keras 3",
     packages=find_packages(include=["bert_tf", "bert_tf.*"]),
-    # The model configs and the demo's corpus (the checkout's configs/ and
-    # tfrecords/sample_corpus.txt are symlinks to them).
-    package_data={"bert_tf.resources": ["configs/*.json", "sample_corpus.txt"]},
+    # The model configs, the demo's corpus and the guides (the checkout's configs/,
+    # tfrecords/sample_corpus.txt, docs/API.md, export/README.md and tfrecords/README.md are
+    # symlinks to them).
+    package_data={"bert_tf.resources": ["configs/*.json", "sample_corpus.txt", "docs/*.md"]},
     python_requires=">=3.10,<3.14",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

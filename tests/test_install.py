@@ -109,6 +109,26 @@ def test_checkout_paths_are_the_packaged_files():
     assert check(os.path.join(ROOT, "tfrecords", "sample_corpus.txt"), resources.sample_corpus())
     with pytest.raises(BertError, match="^bert_huge: no such shipped config; one of bert_base, "):
         resources.config_file("bert_huge")
+    # The guides the README names are the package's files too (a pip install has them).
+    for name, shown in (("api", "docs/API.md"), ("serving", "export/README.md"),
+                        ("tfrecords", "tfrecords/README.md")):
+        assert check(os.path.join(ROOT, shown), resources.doc_file(name))
+    with pytest.raises(BertError, match="^nope: no such guide; one of api, serving, tfrecords$"):
+        resources.doc_file("nope")
+
+
+def test_guides_print_from_the_package():
+    listing = subprocess.run([sys.executable, "-m", "bert_tf.resources"], capture_output=True,
+                             text=True, check=True).stdout
+    assert [line.split()[0] for line in listing.splitlines()[::2]] == ["api", "serving",
+                                                                       "tfrecords"]
+    guide = subprocess.run([sys.executable, "-m", "bert_tf.resources", "serving"],
+                           capture_output=True, text=True, check=True).stdout
+    assert guide.startswith("# Serving bert_tf exports with stock TF Serving")
+    bad = subprocess.run([sys.executable, "-m", "bert_tf.resources", "nope"],
+                         capture_output=True, text=True)
+    assert (bad.returncode, bad.stderr) == (1, "error: nope: no such guide; one of api, "
+                                               "serving, tfrecords\n")
 
 
 def test_wheel_holds_commands_configs_and_corpus(wheel):
@@ -121,6 +141,7 @@ def test_wheel_holds_commands_configs_and_corpus(wheel):
     for name in CONFIGS:
         assert f"bert_tf/resources/configs/{name}.json" in names
     assert "bert_tf/resources/sample_corpus.txt" in names
+    assert {f"bert_tf/resources/docs/{f}.md" for f in ("API", "serving", "tfrecords")} <= names
     assert {f"bert_tf/commands/{m}.py" for m in MODULES} <= names
     assert "bert_tf/demo_predict.py" in names
     got = dict(line.split(" = ") for line in scripts.strip().splitlines())

@@ -8,7 +8,7 @@ Flags of the original release (same names and defaults) plus this project's addi
 stream); `--mode=streaming` is the fast, multi-process, bounded-memory, resumable variant;
 `--runner=DirectRunner|DataflowRunner|...` (`--mode=beam`) runs it as an Apache Beam pipeline,
 passing every flag this script does not know to Beam as a pipeline option.
-Schema and stats file: see tfrecords/README.md. Logic: bert_tf/pretraining_data/.
+Schema and side files: `python -m bert_tf.resources tfrecords`. Logic: bert_tf/pretraining_data/.
 """
 import os
 import sys

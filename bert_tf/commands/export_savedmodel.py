@@ -7,8 +7,8 @@ r"""Export a BERT checkpoint as SavedModels (preprocessor / encoder / end-to-end
   --kind=preprocessor|encoder with --export_dir=DIR writes the TF Hub-style pieces instead.
   --init_checkpoint=clf.keras (any bert_tf model saved with `model.save`) exports that model
   with its own task, config, vocab, casing and seq_length: no other flag is needed.
-(In the checkout, `python export_savedmodel.py` is the same command.) See export/README.md
-for serving the result.
+(In the checkout, `python export_savedmodel.py` is the same command.) Serving the result:
+`python -m bert_tf.resources serving` prints the guide.
 """
 import sys
 

@@ -1,4 +1,4 @@
-"""SavedModel exports for Keras and stock TF Serving (see export/README.md).
+"""SavedModel exports for Keras and stock TF Serving (guide: `python -m bert_tf.resources serving`).
 
   export_preprocessor  strings -> int32 encoder inputs (TF Hub preprocessor convention, with
                        tokenize, tokenize_with_offsets, get_special_tokens_dict)

@@ -1,6 +1,6 @@
 """The pre-training tf.train.Example schema (original release), parsing spec and serialisers.
 
-Features, in the original's insertion order (see tfrecords/README.md):
+Features, in the original's insertion order (the tfrecords guide: `python -m bert_tf.resources tfrecords`):
   input_ids, input_mask, segment_ids        int64 [max_seq_length], 0-padded
   masked_lm_positions, masked_lm_ids        int64 [max_predictions_per_seq], 0-padded
   masked_lm_weights                         float [max_predictions_per_seq], 1.0 real / 0.0 pad

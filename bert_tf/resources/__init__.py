@@ -1,7 +1,9 @@
-"""Files shipped inside the package: the model configs and the demo's sample corpus.
+"""Files shipped inside the package: the model configs, the demo's sample corpus and the guides.
 
 They live here (not at the repository root) so a pip-installed bert_tf has them; the checkout's
-top-level `configs/` and `tfrecords/sample_corpus.txt` are symlinks to these files.
+top-level `configs/`, `tfrecords/sample_corpus.txt`, `docs/API.md`, `export/README.md` and
+`tfrecords/README.md` are symlinks to these files. `python -m bert_tf.resources` lists the
+guides; `python -m bert_tf.resources serving` prints one.
 """
 import importlib.resources
 import os
@@ -31,3 +33,21 @@ def config_file(name):
 def sample_corpus():
     """Path of the sample corpus (11 short documents, one sentence a line) the demo uses."""
     return _path("sample_corpus.txt")
+
+
+# Guide name -> file, and where the checkout shows it.
+GUIDES = {"api": ("API.md", "the library API by example (docs/API.md)"),
+          "serving": ("serving.md", "exports, TF Serving, Keras loading (export/README.md)"),
+          "tfrecords": ("tfrecords.md", "the pre-training data: schema, modes, side files "
+                                        "(tfrecords/README.md)")}
+
+
+def doc_file(name):
+    """Path of the shipped guide `name`.
+
+    Args:
+        name: "api", "serving" or "tfrecords".
+    """
+    if name not in GUIDES:
+        raise BertError(f"{name}: no such guide; one of {', '.join(GUIDES)}")
+    return _path("docs", GUIDES[name][0])
