@@ -53,7 +53,6 @@ def test_contradicting_flags_are_one_line(hf_dir, tmp_path):
         assert "\n" not in str(e.value)
 
 
-@pytest.mark.slow  # two SavedModel exports and loads: about 80 s on 2 cores
 def test_convert_savedmodel_pair_loads(hf_dir, tmp_path):
     from bert_tf.convert.__main__ import convert
     ref = bert_tf.from_pretrained(hf_dir, text_input=True, seq_length=16)
