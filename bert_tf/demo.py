@@ -1,14 +1,14 @@
 """`make demo` / `bert-demo`: the original release's whole workflow on the shipped sample corpus.
 
-    bert-demo [--output_dir demo_out] [--train_steps 2000] [--export_base export]
+    bert-demo [--output_dir demo_out] [--train_steps 2500] [--export_base export]
     (or: python -m bert_tf.demo ...; outputs go under the current directory by default)
 
 Each step runs the same command a user would run with their own data, and prints it first so
 it can be copied:
   1. learn a WordPiece vocab from the sample corpus (python -m bert_tf.tokenization.vocab_builder)
   2. bert-create-pretraining-data -> sharded TFRecords + stats JSON
-  3. bert-run-pretraining with a tiny config (loss printed each loop) and --vocab_file, so its
-     end-of-training export writes the SavedModels
+  3. bert-run-pretraining with a tiny config, dropout 0 (loss printed each loop) and
+     --vocab_file, so its end-of-training export writes the SavedModels
   4. <export_base>/bert_demo{,_embeddings,_preprocessor,_encoder}/<version>/ (TF Serving
      layout, warm-up requests): text-in fill-mask and embeddings, the TF Hub preprocessor +
      encoder pair
@@ -42,26 +42,30 @@ PREDICT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_
 MODEL_NAME = "bert_demo"
 
 # Sentences of the sample corpus, one per topic, with the word the model should fill in.
+# Topic words the corpus makes predictable (over every content word of every corpus sentence,
+# the demo's model has the right one in its top 5 for about half: the README has the numbers).
 DEMO_FILL_MASK = [
-    ("every evening at dusk he trimmed the wicks and polished the great [MASK] until it "
-     "shone .", "lens"),
-    ("the baker mixes the [MASK] and water first and lets the dough rest for half an hour .",
-     "flour"),
+    ("the [MASK] records fog on more than a hundred days in some years .", "logbook"),
+    ("a finished [MASK] sounds hollow when tapped on the bottom .", "loaf"),
     ("each colony has a single [MASK] , whose only task is to lay eggs .", "queen"),
     ("a [MASK] swings back and forth and releases the escapement at each swing .", "pendulum"),
     ("along the coast , salt was made by letting the sun evaporate sea [MASK] in shallow pans .",
      "water"),
 ]
 DEMO_SENTENCES = [text for text, _ in DEMO_FILL_MASK]
-# Two topics, two sentences each (new sentences, words of the corpus): each same-topic pair
-# should be closer than every pair across the topics.
+# Three topics, two sentences each (new sentences, words of the corpus): each same-topic pair
+# should be closer than every pair across the topics. A model this small ranks by shared words
+# more than by meaning: on 22 such sentences a same-topic pair beats an unrelated one 4 times
+# in 5 (README), so these six are picked, not typical.
 EMBED_SENTENCES = [
-    "The keeper polished the great lens of the lighthouse.",
-    "The beam of the lighthouse swept across the water at night.",
-    "The baker folds the dough and lets the loaf rise.",
-    "The loaf is placed in a hot oven until the crust is brown.",
+    "The loaf rises in a warm place.",
+    "The dough is left to rise before the loaf is shaped.",
+    "The bees of the colony feed the queen.",
+    "The colony has a single queen and many workers.",
+    "The pendulum of the clock swings back and forth.",
+    "The clock has a pendulum and an escapement.",
 ]
-SAME_TOPIC = [(0, 1), (2, 3)]
+SAME_TOPIC = [(0, 1), (2, 3), (4, 5)]
 
 FLAGS = flags.FLAGS
 
@@ -83,14 +87,18 @@ def _define_flags():
                         "the vocab's).")
     flags.DEFINE_integer("max_seq_length", 32, "Sequence length of the pre-training examples "
                          "(short: a sentence starts near the front, as in the fill-mask demo).")
-    flags.DEFINE_integer("max_predictions_per_seq", 5, "Masked positions per example.")
-    flags.DEFINE_integer("dupe_factor", 5, "Copies of the corpus (different sentence pairs).")
-    flags.DEFINE_integer("train_steps", 2000, "Pre-training steps (masks drawn afresh at every "
-                         "read: --dynamic_masking).")
-    flags.DEFINE_integer("train_batch_size", 32, "Global batch size.")
+    flags.DEFINE_integer("max_predictions_per_seq", 16, "Masked positions per example (at "
+                         "most).")
+    flags.DEFINE_float("masked_lm_prob", 0.5, "Share of the tokens masked (0.15 in BERT: a tiny "
+                       "corpus learns faster with more targets per example).")
+    flags.DEFINE_integer("dupe_factor", 40, "Copies of the corpus, each with other masks and "
+                         "sentence pairs.")
+    flags.DEFINE_integer("train_steps", 2500, "Pre-training steps.")
+    flags.DEFINE_integer("train_batch_size", 16, "Global batch size (on this corpus more, "
+                         "smaller steps learn faster than fewer, larger ones).")
     flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate (tiny model, tiny corpus; 2e-3 "
-                       "stalls on the unigram plateau).")
-    flags.DEFINE_integer("iterations_per_loop", 200, "Steps per loop (one console line each).")
+                       "learns more slowly).")
+    flags.DEFINE_integer("iterations_per_loop", 250, "Steps per loop (one console line each).")
     flags.DEFINE_integer("seed", 12345, "Seed of data generation and training.")
 
 
@@ -156,23 +164,21 @@ def _next_version(export_base, names):
     return max(serving.next_version(posixpath.join(export_base, n)) for n in names)
 
 
-def _mask_id(vocab_file):
-    from bert_tf.tokenization import MASK, vocab_tokens
-    return vocab_tokens(vocab_file).index(MASK)
-
-
-def write_demo_config(base_config_file, vocab_file, path):
-    """Writes `base_config_file` with vocab_size set to the vocab's size; returns the config.
+def write_demo_config(base_config_file, vocab_file, path, dropout=0.0):
+    """Writes `base_config_file` with vocab_size set to the vocab's size and the given dropout;
+    returns the config.
 
     Args:
         base_config_file: bert_config.json to start from (e.g. the shipped bert_tiny.json).
         vocab_file: the vocab the demo learned or was given.
         path: where to write the demo's bert_config.json.
+        dropout: hidden and attention dropout (0: the demo's point is to fit its small corpus).
     """
     from bert_tf.modeling.config import BertConfig
     from bert_tf.tokenization import vocab_tokens
     cfg = BertConfig.from_json_file(base_config_file)
     cfg.vocab_size = len(vocab_tokens(vocab_file))
+    cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = dropout
     cfg.to_json_file(path)
     return cfg
 
@@ -213,8 +219,9 @@ def _size(path):
 
 def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
              do_lower_case=True, vocab_size=2000, bert_config_file=TINY_CONFIG,
-             max_seq_length=32, max_predictions_per_seq=5, dupe_factor=5, train_steps=2000,
-             train_batch_size=32, learning_rate=1e-3, iterations_per_loop=200, seed=12345):
+             max_seq_length=32, max_predictions_per_seq=16, masked_lm_prob=0.5, dupe_factor=40,
+             train_steps=2500, train_batch_size=16, learning_rate=1e-3, iterations_per_loop=250,
+             seed=12345):
     """Runs steps 1-6; returns a dict of paths and the per-loop training losses.
 
     Args:
@@ -223,8 +230,9 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
         input_file: raw text corpus, one sentence per line, blank lines between documents.
         vocab_file: an existing vocab; None learns one of `vocab_size` from the corpus.
         do_lower_case, vocab_size, bert_config_file, max_seq_length, max_predictions_per_seq,
-            dupe_factor, train_steps, train_batch_size, learning_rate, iterations_per_loop,
-            seed: as the flags of the same names of the scripts the demo runs.
+            masked_lm_prob, dupe_factor, train_steps, train_batch_size, learning_rate,
+            iterations_per_loop, seed: as the flags of the same names of the scripts the demo
+            runs.
     """
     start = time.time()
     os.makedirs(output_dir, exist_ok=True)
@@ -252,7 +260,8 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
     _run(_command("create_pretraining_data") + [
         f"--input_file={input_file}", f"--output_file={shards}", f"--vocab_file={vocab_file}",
         lower, f"--max_seq_length={max_seq_length}",
-        f"--max_predictions_per_seq={max_predictions_per_seq}", f"--dupe_factor={dupe_factor}",
+        f"--max_predictions_per_seq={max_predictions_per_seq}",
+        f"--masked_lm_prob={masked_lm_prob}", f"--dupe_factor={dupe_factor}",
         f"--random_seed={seed}"])
 
     # bert-run-pretraining picks the same version: the next one above all four models'.
@@ -263,6 +272,8 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
 
     _say("3/6 bert-run-pretraining: masked-LM + NSP pre-training (exports text-in SavedModels "
          "at the end)")
+    # Static masks: dupe_factor copies of each sentence, each masked differently at
+    # masked_lm_prob (--dynamic_masking draws at BERT's 0.15, which learns this corpus far slower).
     train_dir = os.path.join(output_dir, "pretraining")
     if os.path.isdir(train_dir):  # a fresh run each time, not a resume of the last demo
         import shutil
@@ -275,10 +286,9 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
         f"--train_batch_size={train_batch_size}", "--eval_batch_size=32",
         f"--learning_rate={learning_rate}", f"--num_train_steps={train_steps}",
         f"--num_warmup_steps={max(1, train_steps // 10)}",
-        f"--save_checkpoints_steps={iterations_per_loop * 2}",
+        f"--save_checkpoints_steps={train_steps}",
         f"--iterations_per_loop={iterations_per_loop}", "--max_eval_steps=10",
         f"--seed={seed}", f"--vocab_file={vocab_file}", lower, f"--export_dir={export_base}",
-        "--dynamic_masking", f"--mask_id={_mask_id(vocab_file)}",
         f"--model_name={MODEL_NAME}", "--noprogress"],
         log_path=os.path.join(output_dir, "pretraining.log"))
     losses = parse_losses(train_log)
@@ -358,7 +368,7 @@ bert-run-classifier --task_name=mrpc --data_dir=glue_data/MRPC --do_train --do_e
 # export a checkpoint (yours or a released one) for TF Serving:
 bert-export-savedmodel --bert_config_file={c} --vocab_file={v} --init_checkpoint={t} \\
   --task=fill_mask --export_base={e} --model_name=bert_demo{lower}
-# serve it: the tensorflow_model_server / docker commands above (export/README.md has more)"""
+# serve it: the commands above; the guide: python -m bert_tf.resources serving"""
 
 
 def serving_instructions(export_base, model_name):
@@ -386,7 +396,8 @@ def _main(argv):
     try:
         run_demo(FLAGS.output_dir, FLAGS.export_base, FLAGS.input_file, FLAGS.vocab_file,
                  FLAGS.do_lower_case, FLAGS.vocab_size, FLAGS.bert_config_file,
-                 FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.dupe_factor,
+                 FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.masked_lm_prob,
+                 FLAGS.dupe_factor,
                  FLAGS.train_steps, FLAGS.train_batch_size, FLAGS.learning_rate,
                  FLAGS.iterations_per_loop, FLAGS.seed)
     except BertError as e:
