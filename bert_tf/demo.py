@@ -1,4 +1,5 @@
-"""`make demo` / `bert-demo`: the original release's whole workflow on the shipped sample corpus.
+"""`bert-demo` (`make demo` in a checkout): the original release's whole workflow on the
+shipped sample corpus.
 
     bert-demo [--output_dir demo_out] [--train_steps 2500] [--export_base export]
     (or: python -m bert_tf.demo ...; outputs go under the current directory by default)

@@ -16,7 +16,7 @@ are byte for byte the ones `--mode=streaming --output_shards=N` writes: the same
 with any number of workers. A retried piece rewrites the same bytes. Memory per worker is
 bounded as in streaming (one piece at a time).
 
-Needs the `beam` extra (`pip install -c constraints.txt -e '.[beam]'`); nothing else in
+Needs the `beam` extra (`pip install "bert_tf[beam]"`); nothing else in
 bert_tf imports this module.
 """
 import json

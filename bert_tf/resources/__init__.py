@@ -36,10 +36,11 @@ def sample_corpus():
 
 
 # Guide name -> file, and where the checkout shows it.
-GUIDES = {"api": ("API.md", "the library API by example (docs/API.md)"),
-          "serving": ("serving.md", "exports, TF Serving, Keras loading (export/README.md)"),
+GUIDES = {"api": ("API.md", "the library API by example (in a checkout: docs/API.md)"),
+          "serving": ("serving.md", "exports, TF Serving, Keras loading "
+                                    "(in a checkout: export/README.md)"),
           "tfrecords": ("tfrecords.md", "the pre-training data: schema, modes, side files "
-                                        "(tfrecords/README.md)")}
+                                        "(in a checkout: tfrecords/README.md)")}
 
 
 def doc_file(name):
