@@ -56,7 +56,10 @@ wheel:
 PY313 ?= /root/.pyenv/versions/3.13.0/bin/python
 VENV313 ?= .venv-py313
 PY313_TESTS := tests/test_install.py tests/test_tokenization.py tests/test_text_graph.py \
-	tests/test_checkpoints.py tests/test_convert_hf.py
+	tests/test_checkpoints.py tests/test_convert_hf.py tests/test_pretraining_data_signals.py \
+	tests/test_pretraining_data_sidecars.py tests/test_quiet.py tests/test_cli_help.py \
+	tests/test_serve_path.py tests/test_handoffs.py tests/test_embeddings.py \
+	tests/test_vocab_check.py tests/test_convert_encoder_only.py
 
 test-py313:
 	rm -rf $(VENV313) dist/bert_tf-*.whl
