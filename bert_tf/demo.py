@@ -27,6 +27,7 @@ import os
 import posixpath
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -133,12 +134,19 @@ def _shown_argv(argv):
     return [_shown(a) for a in argv]
 
 
+def step_dies_with_demo():
+    """preexec_fn of each step: SIGTERM when the demo dies, SIGKILL included (a killed demo
+    leaves no step running; run_pretraining takes SIGTERM as a clean stop)."""
+    from bert_tf.pretraining_data import guard
+    guard.set_parent_death_signal(signal.SIGTERM)
+
+
 def _run(argv, log_path=None):
     """Runs one step's command, echoing it; its output streams to the console (and a log)."""
     shown = _shown_argv(argv)
     print("$ " + " ".join(shown), flush=True)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1)
+                            bufsize=1, preexec_fn=step_dies_with_demo)
     lines, noise = [], _noise()
     for line in proc.stdout:
         if not noise(line):

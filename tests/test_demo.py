@@ -148,3 +148,30 @@ def test_bert_demo_learns_from_an_empty_folder(tmp_path):
     assert min(same) > max(cross), m[0]
     assert sorted(os.listdir(tmp_path)) == ["demo_out", "export"]
     print(f"bert-demo: {seconds:.0f} s")
+
+
+def test_a_killed_demo_leaves_no_step_running(tmp_path):
+    """A step started as the demo starts them gets SIGTERM when the demo is SIGKILLed."""
+    import signal
+    import subprocess
+    import time
+    code = ("import subprocess, sys; from bert_tf import demo; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+            "preexec_fn=demo.step_dies_with_demo); print(p.pid, flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    step = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(step, 0)  # still there (or a zombie of init's, reaped soon)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{step}/stat") as f:
+            if f.read().split(") ")[1].startswith("Z"):
+                break
+        time.sleep(0.05)
+    else:
+        os.kill(step, signal.SIGKILL)
+        pytest.fail("the step outlived the killed demo by 5 s")

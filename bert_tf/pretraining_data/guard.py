@@ -121,6 +121,24 @@ def _watch_parent(parent_pid):
         time.sleep(0.2)
 
 
+def set_parent_death_signal(signum):
+    """Linux: this process gets `signum` when its parent exits (PR_SET_PDEATHSIG; kept across
+    exec, so usable as a subprocess `preexec_fn`). Returns whether it took effect.
+
+    Args:
+        signum: the signal to receive.
+    """
+    if not hasattr(os, "uname") or os.uname().sysname != "Linux":
+        return False
+    try:
+        import ctypes
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(pr_set_pdeathsig, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def die_with_parent(parent_pid):
     """Called first in a child process: it is killed when `parent_pid` exits, however.
 
@@ -128,15 +146,7 @@ def die_with_parent(parent_pid):
         parent_pid: the parent's pid, taken before the child was started (a child whose
             parent is already gone exits at once).
     """
-    armed = False
-    if hasattr(os, "getppid") and os.uname().sysname == "Linux":
-        try:
-            import ctypes
-            pr_set_pdeathsig = 1
-            libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
-        except (OSError, AttributeError):
-            armed = False
+    armed = set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != parent_pid:  # it died before prctl took effect
         os._exit(1)
     if not armed:
