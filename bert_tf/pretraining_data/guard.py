@@ -123,7 +123,9 @@ def _watch_parent(parent_pid):
 
 def set_parent_death_signal(signum):
     """Linux: this process gets `signum` when its parent exits (PR_SET_PDEATHSIG; kept across
-    exec, so usable as a subprocess `preexec_fn`). Returns whether it took effect.
+    exec, so usable as a subprocess `preexec_fn`; it fires when the *thread* that started this
+    process ends, so start it from one that lives as long as the parent). Returns whether it
+    took effect.
 
     Args:
         signum: the signal to receive.
