@@ -88,12 +88,12 @@ def _resolve(model, source, has_mlm):
     return "encoder"
 
 
-def _loaded(load, source, cfg, model, names=()):
+def _loaded(load, source, cfg, model, has_mlm=False):
     """A new model for cfg, filled by a `load(model, path)` loader that reports what it missed.
 
-    `names`: the source's TF1-style variable names (decide --model=auto)."""
+    `has_mlm`: whether the source holds the MLM head (decides --model=auto)."""
     from bert_tf.convert.interop import build_bert_model, get_weights
-    model = _resolve(model, source, "cls/predictions/output_bias" in names)
+    model = _resolve(model, source, has_mlm)
     net = build_bert_model(cfg, with_pretraining_heads=model == "pretrainer")
     fresh = {k: v for k, v in get_weights(net).items() if k.startswith("cls/seq_relationship/")}
     report = load(net, source)
@@ -123,10 +123,13 @@ def _from_weights(source, cfg, weights, model):
     return set_weights(net, weights, source)
 
 
-def _checkpoint_names(source):
+def _checkpoint_has(source, model, fragment):
+    """For --model=auto: whether a checkpoint variable name contains `fragment`."""
+    if model != "auto":
+        return False
     import tensorflow as tf
     from bert_tf.convert import common
-    return [n for n, _ in tf.train.list_variables(common.resolve_prefix(source))]
+    return any(fragment in n for n, _ in tf.train.list_variables(common.resolve_prefix(source)))
 
 
 def _read_tf1(source, model, bert_config_file):
@@ -134,8 +137,8 @@ def _read_tf1(source, model, bert_config_file):
     cfg = _flag_config(bert_config_file)
     if cfg is None:
         raise BertError("--bert_config_file: required with --from=tf1")
-    names = _checkpoint_names(source) if model == "auto" else ()
-    return Source(_loaded(tf1.load_tf1_checkpoint, source, cfg, model, names), cfg, None, None)
+    has_mlm = _checkpoint_has(source, model, "cls/predictions/output_bias")
+    return Source(_loaded(tf1.load_tf1_checkpoint, source, cfg, model, has_mlm), cfg, None, None)
 
 
 def _read_bert_tf(source, model, bert_config_file):
@@ -143,10 +146,8 @@ def _read_bert_tf(source, model, bert_config_file):
     cfg = _flag_config(bert_config_file)
     if cfg is None:
         raise BertError("--bert_config_file: required with --from=bert_tf")
-    names = _checkpoint_names(source) if model == "auto" else ()
-    if any("/masked_lm/" in n for n in names):
-        names = ("cls/predictions/output_bias",)
-    net = _loaded(native.load_bert_tf_checkpoint, source, cfg, model, names)
+    has_mlm = _checkpoint_has(source, model, "/masked_lm/")
+    net = _loaded(native.load_bert_tf_checkpoint, source, cfg, model, has_mlm)
     return Source(net, cfg, None, None)
 
 
@@ -156,10 +157,8 @@ def _read_hf(source, model, bert_config_file):
     cfg = _flag_config(bert_config_file) or hf.bert_config_from_hf(source)
     vocab = posixpath.join(source, "vocab.txt")
     vocab = vocab if tf.io.gfile.exists(vocab) else None
-    names = ()
-    if model == "auto" and "cls.predictions.bias" in hf.hf_tensor_names(source):
-        names = ("cls/predictions/output_bias",)
-    net = _loaded(hf.load_hf_safetensors, source, cfg, model, names)
+    has_mlm = model == "auto" and "cls.predictions.bias" in hf.hf_tensor_names(source)
+    net = _loaded(hf.load_hf_safetensors, source, cfg, model, has_mlm)
     return Source(net, cfg, vocab, hf.hf_casing(source))
 
 
