@@ -37,11 +37,14 @@ EXTRAS = {
     "peers": ["keras-hub>=0.32", "tokenizers>=0.23", "tensorflow-hub>=0.16",
               "tf_keras>=2.20,<2.21", "kagglehub>=1.0", "kagglesdk>=0.1.28"],
     "beam": ["apache-beam>=2.77"],
+    # `make docs`: the documentation site (guides + API reference from the docstrings).
+    "docs": ["mkdocs>=1.6,<2", "mkdocstrings>=1.0", "mkdocstrings-python>=2.0"],
 }
 
 # The commands a pip install puts on PATH; bert_tf.commands.COMMANDS lists the same ones.
 CONSOLE_SCRIPTS = [
     "bert-create-pretraining-data=bert_tf.commands.create_pretraining_data:main",
+    "bert-pack-pretraining-data=bert_tf.commands.pack_pretraining_data:main",
     "bert-run-pretraining=bert_tf.commands.run_pretraining:main",
     "bert-run-classifier=bert_tf.commands.run_classifier:main",
     "bert-run-squad=bert_tf.commands.run_squad:main",

@@ -11,6 +11,7 @@ import sys
 # tests/test_install.py checks the two agree.
 COMMANDS = {
     "bert-create-pretraining-data": "bert_tf.commands.create_pretraining_data",
+    "bert-pack-pretraining-data": "bert_tf.commands.pack_pretraining_data",
     "bert-run-pretraining": "bert_tf.commands.run_pretraining",
     "bert-run-classifier": "bert_tf.commands.run_classifier",
     "bert-run-squad": "bert_tf.commands.run_squad",

@@ -88,17 +88,23 @@ def write_shard(task, cfg, tokenizer, report, done=None):
     return stats
 
 
-def _worker_main(cfg, task_queue, result_queue, parent_pid):
+def shard_job(cfg):
+    """The streaming mode's job (`run_tasks`' `make_job`): `write_shard` with a tokenizer."""
+    tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
+    return lambda task, report, done: write_shard(task, cfg, tokenizer, report, done=done)
+
+
+def _worker_main(cfg, task_queue, result_queue, parent_pid, make_job=shard_job):
     die_with_parent(parent_pid)  # no orphan keeps writing shards after a kill of the run
     try:
         keep_freed_memory()
-        tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
+        job = make_job(cfg)
         while True:
             task = task_queue.get()
             if task is None:
                 return
             try:  # the worker writes its shard itself: records never cross the pipe
-                write_shard(task, cfg, tokenizer, result_queue.put, done=peak_rss_mb)
+                job(task, result_queue.put, peak_rss_mb)
             except Interrupted:
                 raise
             except BaseException as e:  # report, then stop: the parent aborts the run
@@ -115,7 +121,7 @@ def start_method():
     return "spawn" if "tensorflow" in sys.modules or sys.platform != "linux" else "fork"
 
 
-def run_tasks(tasks, cfg, num_workers, on_message):
+def run_tasks(tasks, cfg, num_workers, on_message, make_job=shard_job):
     """Run shard tasks, in this process (num_workers <= 1) or in worker processes.
 
     Raises BertError on the first failing shard (workers are stopped).
@@ -127,15 +133,17 @@ def run_tasks(tasks, cfg, num_workers, on_message):
         on_message: gets, in order per shard, ("progress", shard, records, docs, bytes) for
             each block written to `task.output`, then ("done", shard, stats_dict,
             worker_peak_rss_mb or None) once that file is complete.
+        make_job: a module-level function, cfg -> job(task, report, done) run per task in
+            each process (default: the streaming mode's shards; packing has its own).
     """
     if not tasks:
         return
     if num_workers <= 1:
         keep_freed_memory()
-        tokenizer = IdTokenizer(cfg.vocab, cfg.do_lower_case, cfg.token_cache_size)
+        job = make_job(cfg)
         for task in tasks:
             try:
-                write_shard(task, cfg, tokenizer, on_message, done=lambda: None)
+                job(task, on_message, lambda: None)
             except BertError:
                 raise
             except Exception as e:
@@ -154,8 +162,8 @@ def run_tasks(tasks, cfg, num_workers, on_message):
         task_queue.put(None)
     try:
         for _ in range(min(num_workers, len(tasks))):
-            p = ctx.Process(target=_worker_main, args=(cfg, task_queue, result_queue, os.getpid()),
-                            daemon=True)
+            p = ctx.Process(target=_worker_main, daemon=True,
+                            args=(cfg, task_queue, result_queue, os.getpid(), make_job))
             p.start()
             workers.append(p)
         remaining = {t.index for t in tasks}
@@ -226,7 +234,7 @@ class Progress:
         self.bar = None
         if enabled is False or (enabled is None and not sys.stderr.isatty()):
             return  # tqdm's import costs ~0.1 s of start-up
-        from tqdm import tqdm
+        from bert_tf.progress import bar as tqdm
         self.bar = tqdm(total=total_bytes or None, unit="B", unit_scale=True, dynamic_ncols=True,
                         desc="streaming", file=sys.stderr, mininterval=1.0)
 

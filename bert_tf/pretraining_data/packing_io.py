@@ -1,0 +1,282 @@
+"""Packing's two passes over TFRecord files, as jobs of the streaming mode's workers.
+
+Pass 1 (`LengthTask`, one per input file) reads every record, checks it and keeps only counts:
+the length histogram and the most predictions seen per length. Pass 2 (`PackTask`, one per
+output shard) reads its slice of the input again in windows of at most `window_size`
+sequences, packs each window (`packing.pack_sequences`: SPFHP on the window's histogram) and
+writes the shard under a temp name. Records are read and written without TensorFlow for local
+paths: TFRecord framing here, tf.train.Example through protobuf with a descriptor of our own.
+"""
+import dataclasses
+import struct
+
+import numpy as np
+
+from bert_tf import BertError
+from bert_tf.pretraining_data import packing
+from bert_tf.pretraining_data.documents import open_binary
+from bert_tf.pretraining_data.guard import signals_held
+from bert_tf.pretraining_data.writer import RecordFile, frame, masked_crc
+
+_HEAD = struct.Struct("<QI")
+REPORT_EVERY = 2000  # records between progress messages
+
+
+# ---- TFRecord + tf.train.Example, no TensorFlow ----------------------------------------------
+
+def iter_records(path, skip=0):
+    """Yields the records of a TFRecord file (after the first `skip`).
+
+    Raises:
+        packing.InputError: not TFRecord framing (bad length checksum, cut short).
+    """
+    with open_binary(path) as f:
+        index = 0
+        while True:
+            head = f.read(12)
+            if not head:
+                return
+            if len(head) < 12:
+                raise packing.InputError(f"record {index}: cut short (not a TFRecord file?)")
+            length, crc = _HEAD.unpack(head)
+            if masked_crc(head[:8]) != crc:
+                raise packing.InputError("not a TFRecord file (bad record framing)")
+            if index < skip:
+                f.seek(length + 4, 1)
+            else:
+                data = f.read(length)
+                if len(data) < length or len(f.read(4)) < 4:
+                    raise packing.InputError(f"record {index}: cut short")
+                yield data
+            index += 1
+
+
+def _payload(data):
+    """The packed values of a serialised Int64List/FloatList (field 1, length-delimited)."""
+    if not data:
+        return b""
+    i, n, shift = 1, 0, 0
+    while True:
+        b = data[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            return data[i:i + n]
+        shift += 7
+
+
+def _varints(payload):
+    """Packed varints -> int64 array (vectorised)."""
+    a = np.frombuffer(payload, np.uint8)
+    if not a.size or a.max() < 0x80:
+        return a.astype(np.int64)
+    ends = np.flatnonzero(a < 0x80)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    shift = (np.arange(a.size) - np.repeat(starts, ends - starts + 1)) * 7
+    values = (a & 0x7F).astype(np.uint64) << shift.astype(np.uint64)
+    return np.add.reduceat(values, starts).view(np.int64)
+
+
+_EXAMPLE = []  # the tf.train.Example message class, built on first use
+
+
+def _example_class():
+    """tf.train.Example's wire format as a protobuf class of our own (protobuf's C parser,
+    without importing TensorFlow, whose example_pb2 lives in the tensorflow package)."""
+    if _EXAMPLE:
+        return _EXAMPLE[0]
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    fdp = descriptor_pb2.FieldDescriptorProto
+    f = descriptor_pb2.FileDescriptorProto(name="bert_tf/packing_example.proto",
+                                           package="bert_tf_packing", syntax="proto3")
+
+    def message(name, *fields, parent=None):
+        m = (parent.nested_type if parent else f.message_type).add(name=name)
+        for number, (field_name, kind, type_name, label) in enumerate(fields, 1):
+            m.field.add(name=field_name, number=number, type=kind, label=label,
+                        type_name=type_name or None)
+        return m
+
+    rep, opt = fdp.LABEL_REPEATED, fdp.LABEL_OPTIONAL
+    message("BytesList", ("value", fdp.TYPE_BYTES, "", rep))
+    message("FloatList", ("value", fdp.TYPE_FLOAT, "", rep))
+    message("Int64List", ("value", fdp.TYPE_INT64, "", rep))
+    feature = message("Feature", ("bytes_list", fdp.TYPE_MESSAGE, ".bert_tf_packing.BytesList", opt),
+                      ("float_list", fdp.TYPE_MESSAGE, ".bert_tf_packing.FloatList", opt),
+                      ("int64_list", fdp.TYPE_MESSAGE, ".bert_tf_packing.Int64List", opt))
+    feature.oneof_decl.add(name="kind")
+    for field in feature.field:
+        field.oneof_index = 0
+    features = message("Features", ("feature", fdp.TYPE_MESSAGE,
+                                    ".bert_tf_packing.Features.FeatureEntry", rep))
+    entry = message("FeatureEntry", ("key", fdp.TYPE_STRING, "", opt),
+                    ("value", fdp.TYPE_MESSAGE, ".bert_tf_packing.Feature", opt), parent=features)
+    entry.options.map_entry = True
+    message("Example", ("features", fdp.TYPE_MESSAGE, ".bert_tf_packing.Features", opt))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("bert_tf_packing.Example"))
+    _EXAMPLE.append(cls)
+    return cls
+
+
+def decode_example(data):
+    """A serialized tf.train.Example -> {name: numpy array} (int64 or float32; bytes features
+    are kept as None).
+
+    Raises:
+        packing.InputError: not a tf.train.Example.
+    """
+    from google.protobuf.message import DecodeError
+    try:
+        example = _example_class().FromString(data)
+    except DecodeError:
+        raise packing.InputError("not a tf.train.Example record") from None
+    out = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        if kind == "int64_list":  # re-serialised packed: numpy decodes it (~10x list())
+            out[name] = _varints(_payload(feature.int64_list.SerializeToString()))
+        elif kind == "float_list":
+            out[name] = np.frombuffer(_payload(feature.float_list.SerializeToString()),
+                                      "<f4").astype(np.float32)
+        else:
+            out[name] = None
+    return out
+
+
+def read_sequence(data, max_seq_length):
+    """A serialized unpacked record -> (packing.Sequence, padded length of its input_ids)."""
+    features = decode_example(data)
+    packing.check_features(features)
+    if any(features[n] is None for n in packing.schema.FEATURE_NAMES):
+        raise packing.InputError("not a pre-training record (a feature holds bytes)")
+    return packing.to_sequence(features, max_seq_length), len(features["input_ids"])
+
+
+def _where(path, index, error):
+    return BertError(f"--input_file {path}: record {index}: {error}" if index is not None
+                     else f"--input_file {path}: {error}")
+
+
+# ---- jobs ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class PackConfig:
+    """What a worker needs (picklable)."""
+    max_seq_length: int
+    max_sequences_per_pack: int
+    num_predictions: int = 0  # P (pass 2)
+    random_seed: int = 12345
+
+
+@dataclasses.dataclass
+class LengthTask:
+    """Pass 1: one input file."""
+    index: int
+    path: str
+    size: int = 0
+
+
+@dataclasses.dataclass
+class PackTask:
+    """Pass 2: one output shard from `pieces` [(path, skip, take)], packed in windows."""
+    index: int
+    pieces: list
+    windows: list  # sequences per window, in order
+    first_window: int  # global index of the first window (its shuffling seed)
+    output: str = ""
+
+    @property
+    def size(self):
+        return sum(self.windows)
+
+
+def length_job(cfg):
+    """`workers.run_tasks` make_job for pass 1: ("done", file, counts) per input file."""
+    def job(task, report, done):
+        s = cfg.max_seq_length
+        histogram = np.zeros(s + 1, np.int64)
+        most = np.zeros(s + 1, np.int64)  # most predictions seen per length
+        count = padded = unreported = 0
+        try:
+            for index, data in enumerate(iter_records(task.path)):
+                try:
+                    seq, width = read_sequence(data, s)
+                except packing.InputError as e:
+                    raise _where(task.path, index, e) from None
+                n = len(seq)
+                histogram[n] += 1
+                most[n] = max(most[n], seq.num_predictions)
+                count += 1
+                padded += width
+                unreported += 1
+                if unreported >= REPORT_EVERY:
+                    report(("progress", task.index, 0, unreported, 0))
+                    unreported = 0
+        except packing.InputError as e:  # the framing
+            raise _where(task.path, None, e) from None
+        if histogram[0]:
+            raise _where(task.path, None, f"{histogram[0]} record(s) have no tokens "
+                         "(input_mask all 0)")
+        report(("progress", task.index, 0, unreported, 0))
+        report(("done", task.index, {"records": count, "padded_tokens": padded,
+                                     "histogram": histogram.tolist(),
+                                     "max_predictions": most.tolist()}, done()))
+    return job
+
+
+def _sequences(pieces, max_seq_length):
+    for path, skip, take in pieces:
+        if not take:
+            continue
+        for i, data in enumerate(iter_records(path, skip)):
+            try:
+                yield read_sequence(data, max_seq_length)[0]
+            except packing.InputError as e:
+                raise _where(path, skip + i, e) from None
+            if i + 1 == take:
+                break
+
+
+def write_packs(task, cfg, report, done=None):
+    """Pass 2: make shard `task` into `task.output` (temp name, renamed when complete)."""
+    s, n, p = cfg.max_seq_length, cfg.max_sequences_per_pack, cfg.num_predictions
+    f = RecordFile(task.output)
+    stats = {"sequences": 0, "packs": 0, "tokens": 0, "predictions": 0,
+             "most_predictions_in_a_pack": 0}
+    try:
+        source = _sequences(task.pieces, s)
+        for w, size in enumerate(task.windows):
+            window = [next(source) for _ in range(size)]
+            packs = packing.pack_sequences(window, s, n,
+                                           packing.window_rng(cfg.random_seed,
+                                                              task.first_window + w))
+            for start in range(0, len(packs), REPORT_EVERY):
+                block = packs[start:start + REPORT_EVERY]
+                for pack in block:
+                    m = sum(q.num_predictions for q in pack)
+                    stats["most_predictions_in_a_pack"] = max(stats["most_predictions_in_a_pack"], m)
+                    if m > p:  # never drop a prediction
+                        raise BertError(f"internal error: a pack needs {m} predictions > P={p}")
+                    stats["predictions"] += m
+                    stats["tokens"] += sum(len(q) for q in pack)
+                records = [packing.encode_row(packing.build_row(pack, s, p, n)) for pack in block]
+                f.write_framed(frame(records), len(records))
+                report(("progress", task.index, len(block),
+                        sum(len(pack) for pack in block), 0))
+            stats["sequences"] += size
+            stats["packs"] += len(packs)
+        with signals_held():
+            f.commit()
+            if done is not None:
+                report(("done", task.index, stats, done()))
+    except BaseException:
+        f.abort()
+        raise
+    return stats
+
+
+def pack_job(cfg):
+    """`workers.run_tasks` make_job for pass 2."""
+    return lambda task, report, done: write_packs(task, cfg, report, done)

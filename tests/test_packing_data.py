@@ -1,0 +1,204 @@
+"""bert-pack-pretraining-data: every sequence exactly once, Habana's packed schema, SPFHP, the
+journal, determinism, SIGTERM + --resume, and the one-line errors."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from bert_tf import BertError
+from bert_tf.pretraining_data import packing, schema, writer
+from bert_tf.pretraining_data.packing_run import PackOptions, run as pack
+from bert_tf.pretraining_data.runner import Options, run as create
+from bert_tf.resources import sample_corpus
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEQ, PREDS, N = 64, 10, 3
+CLI = [sys.executable, "-m", "bert_tf.commands.pack_pretraining_data"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The shipped corpus cut into documents of 1-3 sentences (short, as reviews), a vocab of
+    its words, and unpacked records made by create_pretraining_data (two files)."""
+    d = tmp_path_factory.mktemp("packing")
+    with open(sample_corpus(), encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    docs, i = [], 0
+    while i < len(lines):
+        size = (1, 2, 3, 2)[len(docs) % 4]
+        docs.append(lines[i:i + size])
+        i += size
+    (d / "short.txt").write_text("\n\n".join("\n".join(doc) for doc in docs) + "\n")
+    words = sorted(set(re.findall(r"\w+|[^\w\s]", " ".join(lines).lower())))
+    (d / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words)
+                                 + "\n")
+    create(Options(input_file=str(d / "short.txt"), vocab_file=str(d / "vocab.txt"),
+                   output_file=str(d / "in" / "u.tfrecord"), mode="streaming", output_shards=2,
+                   max_seq_length=SEQ, max_predictions_per_seq=PREDS, dupe_factor=3,
+                   random_seed=7, progress=False))
+    inputs = sorted(str(p) for p in (d / "in").glob("u.tfrecord-*"))
+    return {"dir": d, "inputs": inputs, "glob": str(d / "in" / "u.tfrecord-*"),
+            "examples": schema.parse_records(inputs, SEQ, PREDS)}
+
+
+def _pack(data, out, **flags):
+    opts = dict(input_file=data["glob"], output_file=str(out), max_seq_length=SEQ,
+                max_predictions_per_seq=PREDS, max_sequences_per_pack=N, progress=False)
+    opts.update(flags)
+    return pack(PackOptions(**opts))
+
+
+def _key(example):
+    return tuple(np.concatenate([np.asarray(example[k], np.float64).ravel()
+                                 for k in schema.FEATURE_NAMES]))
+
+
+def test_spfhp_puts_each_length_into_the_pack_with_most_room():
+    hist = np.zeros(9, np.int64)
+    for length, count in ((6, 1), (5, 1), (4, 2), (3, 1), (2, 1), (1, 3)):
+        hist[length] = count
+    plan = packing.spfhp(hist, 8, 3)
+    # Longest first, each into the open pack with the most room: 6, 5, 4, 4 open packs; the 3
+    # goes to a 4 (room 4 > the 5's 3), the 2 to the other 4; the 1s fill the 5 (room 3), then
+    # the last pack opened with room 2, and a pack closes at 3 sequences.
+    assert sorted(plan) == sorted([((6,), 1), ((5, 1, 1), 1), ((4, 3), 1), ((4, 2, 1), 1)])
+    assert packing.spfhp(hist, 8, 1) == [((length,), int(hist[length]))
+                                         for length in range(8, 0, -1) if hist[length]]
+
+
+def test_every_sequence_is_packed_exactly_once_in_habanas_schema(data, tmp_path):
+    journal = _pack(data, tmp_path / "p.tfrecord", output_shards=2, num_workers=2)
+    p = journal["num_predictions"]
+    assert p >= PREDS + N - 1 and p == max(PREDS + N - 1, journal["num_predictions_needed"])
+    rows = packing.parse_packed_records(journal["outputs"], SEQ, p, N)
+    examples = data["examples"]
+    assert len(rows) == journal["totals"]["packs_out"] < len(examples)
+    cls = int(examples[0]["input_ids"][0])
+    for row in rows:
+        mask, w = row["input_mask"], row["next_sentence_weights"]
+        k = int(w.sum())
+        assert 1 <= k <= N and set(w[:k]) == {1.0} and not w[k:].any()
+        real = int(np.count_nonzero(mask))
+        # input_mask: 1..k in order, then 0 padding; positions restart at 0 per sequence.
+        assert list(dict.fromkeys(mask[:real])) == list(range(1, k + 1)) and not mask[real:].any()
+        for s in range(k):
+            where = np.flatnonzero(mask == s + 1)
+            assert row["next_sentence_positions"][s] == where[0]
+            assert row["input_ids"][where[0]] == cls
+            assert list(row["positions"][where]) == list(range(len(where)))
+        assert not row["positions"][real:].any() and not row["input_ids"][real:].any()
+        preds = row["masked_lm_weights"] != 0
+        assert (mask[row["masked_lm_positions"][preds]] > 0).all()
+        assert not row["masked_lm_positions"][~preds].any()
+    unpacked = [s for row in rows for s in packing.unpack_example(row, SEQ, PREDS)]
+    assert sorted(map(_key, unpacked)) == sorted(map(_key, examples))  # each exactly once
+    t = journal["totals"]
+    assert t["sequences_in"] == len(examples) and journal["mode"] == "pack"
+    assert t["padding_share_after"] < t["padding_share_before"]
+    tokens = sum(int(e["input_mask"].sum()) for e in examples)
+    assert t["padding_share_before"] == round(1 - tokens / (len(examples) * SEQ), 6)
+    assert t["padding_share_after"] == round(1 - tokens / (len(rows) * SEQ), 6)
+    assert t["expected_speedup"] == round(len(examples) / len(rows), 4)
+    assert journal["algorithm"].startswith("SPFHP")
+    on_disk = json.loads((tmp_path / ".bert_tf" / "p.tfrecord.stats.json").read_text())
+    assert on_disk["complete"] and on_disk["totals"] == t
+
+
+def test_file_packing_equals_pack_examples(data, tmp_path):
+    journal = _pack(data, tmp_path / "one.tfrecord", random_seed=5)
+    rows = packing.parse_packed_records(str(tmp_path / "one.tfrecord"), SEQ,
+                                        journal["num_predictions"], N)
+    mem = packing.pack_examples(data["examples"], SEQ, N, PREDS,
+                                num_predictions=journal["num_predictions"], random_seed=5)
+    assert len(mem) == len(rows)
+    for a, b in zip(mem, rows):
+        for name in packing.PACKED_FEATURE_NAMES:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_same_seed_same_bytes_other_seed_other_order(data, tmp_path):
+    a = _pack(data, tmp_path / "a" / "p.tfrecord", window_size=100)
+    b = _pack(data, tmp_path / "b" / "p.tfrecord", window_size=100, num_workers=2,
+              output_shards=1)
+    c = _pack(data, tmp_path / "c" / "p.tfrecord", window_size=100, random_seed=99)
+    read = lambda j: open(j["outputs"][0], "rb").read()  # noqa: E731
+    assert read(a) == read(b) and read(a) != read(c)
+    assert a["totals"]["packs_out"] == c["totals"]["packs_out"]
+
+
+def test_one_line_errors(data, tmp_path):
+    with pytest.raises(BertError, match=r"^--input_file .*u\.tfrecord-00000-of-00002: record "
+                                        r"\d+: a sequence of \d+ tokens is longer than "
+                                        r"--max_seq_length=16$"):
+        _pack(data, tmp_path / "short.tfrecord", max_seq_length=16)
+    done = _pack(data, tmp_path / "p.tfrecord")
+    with pytest.raises(BertError, match=r"^--input_file .*p\.tfrecord: record 0: already packed"):
+        _pack(dict(data, glob=done["outputs"][0]), tmp_path / "again.tfrecord")
+    other = writer.RecordFile(str(tmp_path / "cls.tfrecord"))
+    other.write(schema._len_field(b"\x0a", schema._len_field(b"\x0a", schema._len_field(
+        b"\x0a", b"label_ids") + schema._len_field(b"\x12", schema._int64_feature([1])))))
+    other.commit()
+    with pytest.raises(BertError, match=r"^--input_file .*cls\.tfrecord: record 0: not a "
+                                        r"pre-training record \(no 'input_ids' feature"):
+        _pack(dict(data, glob=str(tmp_path / "cls.tfrecord")), tmp_path / "x.tfrecord")
+    (tmp_path / "text.txt").write_text("just some text, not records\n")
+    proc = subprocess.run(CLI + [f"--input_file={tmp_path / 'text.txt'}",
+                                 f"--output_file={tmp_path / 'y.tfrecord'}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --input_file {tmp_path / 'text.txt'}: not a TFRecord file (bad record framing)"]
+    assert not list(tmp_path.glob("[xy].tfrecord*")) and not list(tmp_path.glob("again*"))
+
+
+def _cli_flags(data, out, *extra):
+    inputs = ",".join(data["inputs"] * 12)  # the same records 12 times: a longer run
+    return CLI + [f"--input_file={inputs}", f"--output_file={out}", "--output_shards=16",
+                  f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDS}", *extra]
+
+
+def _shards(directory):
+    return {n: (directory / n).read_bytes() for n in sorted(os.listdir(directory))
+            if "-of-" in n and ".tmp-" not in n}
+
+
+def test_sigterm_exits_75_and_resume_gives_the_same_bytes(data, tmp_path):
+    ref = subprocess.run(_cli_flags(data, tmp_path / "ref" / "p.tfrecord"), cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    assert re.match(r"packed \d+ sequences into \d+ rows .* padding [\d.]+% -> [\d.]+%, "
+                    r"expected speed-up [\d.]+x", ref.stdout.strip().splitlines()[-1])
+    out = tmp_path / "o" / "p.tfrecord"
+    journal = out.parent / ".bert_tf" / "p.tfrecord.stats.json"
+    proc = subprocess.Popen(_cli_flags(data, out), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while True:  # until a shard is finished and in the journal
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        try:
+            if json.loads(journal.read_text())["shards"]:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.002)
+    os.killpg(proc.pid, signal.SIGSTOP)  # holds it mid-run while the signal is queued
+    proc.send_signal(signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75, err
+    done = _shards(out.parent)
+    assert 1 <= len(done) < 16
+    assert err.strip().splitlines() == [
+        f"interrupted: {len(done)} of 16 shards done; re-run with --resume to finish"]
+    assert not [n for n in os.listdir(out.parent) if ".tmp-" in n]
+    again = subprocess.run(_cli_flags(data, out, "--resume"), cwd=REPO, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert _shards(out.parent) == _shards(tmp_path / "ref")
+    assert json.loads(journal.read_text())["resumed_shards"] == len(done)
