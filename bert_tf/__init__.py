@@ -44,6 +44,31 @@ def __getattr__(name):
     raise AttributeError(f"module 'bert_tf' has no attribute {name!r}")
 
 
+# The one seam from a lower layer up to the export package: `model.export()` (modeling) and
+# `bert-convert --to=savedmodel` (convert) call `exporter(name)`; bert_tf.export registers its
+# writers when imported, and is imported here on first use. No lower layer imports it.
+_EXPORTERS = {}
+
+
+def register_exporter(name, fn):
+    """Registers an export writer (`bert_tf.export` does, for its public writers).
+
+    Args:
+        name: what `exporter(name)` looks it up by ("model", "encoder", ...).
+        fn: the writer.
+    """
+    _EXPORTERS[name] = fn
+
+
+def exporter(name):
+    """The export writer registered as `name` ("model", "encoder", "preprocessor",
+    "pretrained"), importing bert_tf.export first if needed."""
+    if name not in _EXPORTERS:
+        import importlib
+        importlib.import_module("bert_tf.export")
+    return _EXPORTERS[name]
+
+
 def __dir__():
     return sorted(set(globals()) | set(SUBMODULES) | {"from_pretrained"})
 

@@ -3,7 +3,7 @@
 `path` may be an original release directory (`bert_config.json`, `vocab.txt`,
 `bert_model.ckpt.*`), a Hugging Face directory, a keras-hub preset, a Model Garden checkpoint,
 a TF Hub or bert_tf SavedModel, or one of our training output directories
-(`bert_tf.convert.detect` tells them apart). The config, vocab and casing come from the source:
+(the table in `bert_tf.convert.formats` tells them apart). The config, vocab and casing come from the source:
 
   original / training / Model Garden   `bert_config.json` beside the checkpoint (training: else
                  the config of an export under `export/`; Model Garden: else the checkpoint's
@@ -28,20 +28,14 @@ keras-hub's `BertTextClassifier.from_preset`, and `model.save("m.keras")` reload
 ...                               num_classes=2, text_input=True)      # doctest: +SKIP
 >>> clf.fit(["a fine film", "a dull film"], [1, 0])                    # doctest: +SKIP
 """
-import dataclasses
-import json
-import os
-import posixpath
-import re
-
 import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras is imported)
 import keras
-import tensorflow as tf
 
-from bert_tf import BertError, fileio
-from bert_tf.convert import checkpoints, detect
+from bert_tf import BertError
+from bert_tf.convert import formats
+from bert_tf.convert.common import casing_from_name  # noqa: F401  (API)
+from bert_tf.convert.source import Source as PretrainedSource  # noqa: F401  (API)
 from bert_tf.modeling import models as bm
-from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.keras_data import KerasConventions
 from bert_tf.tokenization.text_graph import BertPreprocessingLayer
@@ -49,155 +43,24 @@ from bert_tf.tokenization.text_graph import BertPreprocessingLayer
 TASKS = {None: BertEncoder, "pretraining": bm.BertPretrainer, "classification": bm.BertClassifier,
          "span": bm.BertSpanLabeler, "tagging": bm.BertTokenClassifier,
          "embeddings": bm.BertEmbedder}
-_MG_ACTIVATIONS = {"gelu": "gelu", "exact_gelu": "gelu_exact", "relu": "relu", "tanh": "tanh",
-                   "swish": "swish"}
-
-
-@dataclasses.dataclass
-class PretrainedSource:
-    """What `read_pretrained` found.
-
-    Attributes:
-        detected: the `bert_tf.convert.detect.Detected` (format, weights path, directory).
-        bert_config: the model's BertConfig.
-        vocab_file: its vocab.txt, or None when the source has none.
-        do_lower_case: the tokenizer's lower-casing.
-        strip_accents: its accent stripping; differs from do_lower_case only for tokenizers
-            the original has no flag for (some keras-hub / HF ones).
-        weights: TF1-named arrays for the formats read that way, else None (loaded by
-            `checkpoints.load_detected`).
-        casing_from: where the casing came from: "source" (recorded in it), "name" (the
-            original release's naming), "argument", or None (the original's default, True).
-    """
-    detected: detect.Detected
-    bert_config: BertConfig
-    vocab_file: str
-    do_lower_case: bool
-    strip_accents: bool
-    weights: dict = None
-    casing_from: str = None
-
-
-def _file(directory, name):
-    path = detect._join(directory, name)
-    return path if tf.io.gfile.exists(path) else None
-
-
-def casing_from_name(path):
-    """do_lower_case from the model's name, as the original release named its checkpoints:
-    True for `uncased_...`, False for `cased_...` / `multi_cased_...`, else None.
-
-    Args:
-        path: the checkpoint path; its last three components are looked at, deepest first
-            (TF Hub handles end in a version number).
-    """
-    for part in reversed(re.split(r"[/\\]", path.rstrip("/\\"))[-3:]):
-        name = part.lower()
-        if "uncased" in name:
-            return True
-        if re.search(r"(^|[^a-z])cased", name):
-            return False
-    return None
-
-
-def _export_metadata(directory):
-    """(bert_config dict, export dir, metadata) of the newest bert_tf export under
-    directory/export, or None: training writes no bert_config.json, its exports carry it."""
-    found = []
-    for pattern in ("export", "export/*", "export/*/*"):
-        found += tf.io.gfile.glob(detect._join(directory, pattern, "assets.extra",
-                                               "bert_tf_export.json"))
-    for meta_file in sorted(found, key=lambda f: tf.io.gfile.stat(f).mtime_nsec, reverse=True):
-        meta = fileio.read_json(meta_file)
-        if "bert_config" in meta:
-            return meta, posixpath.dirname(posixpath.dirname(meta_file))
-    return None
-
-
-def _model_garden_config(directory, inferred):
-    """BertConfig from Model Garden's `params.yaml` (task.model.encoder.bert) over the one
-    `inferred` from the checkpoint's shapes, or None without a params.yaml."""
-    path = _file(directory, "params.yaml")
-    if path is None:
-        return None
-    import yaml
-    try:
-        params = yaml.safe_load(fileio.read_text(path))
-    except yaml.YAMLError as e:
-        raise BertError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    node = params if isinstance(params, dict) else {}
-    for key in ("task", "model", "encoder", "bert"):
-        node = node.get(key, node) if isinstance(node, dict) else node
-    if not isinstance(node, dict) or "hidden_size" not in node:
-        raise BertError(f"{path}: no BERT encoder config (task.model.encoder.bert)")
-    if node.get("embedding_size") not in (None, node["hidden_size"]) or node.get("norm_first"):
-        raise BertError(f"{path}: embedding_size / norm_first encoders are not BERT's layout")
-    act = node.get("hidden_activation", "gelu")
-    if act not in _MG_ACTIVATIONS:
-        raise BertError(f"{path}: hidden_activation {act!r} is not supported; expected one of "
-                        f"{', '.join(_MG_ACTIVATIONS)}")
-    fields = dict(vocab_size=node.get("vocab_size"), hidden_size=node["hidden_size"],
-                  num_hidden_layers=node.get("num_layers"),
-                  num_attention_heads=node.get("num_attention_heads"),
-                  intermediate_size=node.get("intermediate_size"),
-                  hidden_act=_MG_ACTIVATIONS[act], hidden_dropout_prob=node.get("dropout_rate"),
-                  attention_probs_dropout_prob=node.get("attention_dropout_rate"),
-                  max_position_embeddings=node.get("max_position_embeddings"),
-                  type_vocab_size=node.get("type_vocab_size"),
-                  initializer_range=node.get("initializer_range"))
-    return BertConfig.from_dict({**inferred.to_dict(), **{
-        k: v for k, v in fields.items() if v is not None}}, source=path)
 
 
 def read_pretrained(path, bert_config_file=None, vocab_file=None, do_lower_case=None):
-    """Detects the format of `path` and finds its config, vocab and casing.
+    """Detects the format of `path` and finds its config, vocab and casing
+    (`bert_tf.convert.formats.read`).
 
     Args:
         path: see the module docstring.
-        bert_config_file, vocab_file, do_lower_case: override what the source says (or give
-            what it lacks, e.g. for a training directory without an export).
+        bert_config_file: overrides the source's config (or gives what it lacks, e.g. for a
+            training directory without an export).
+        vocab_file: overrides the source's vocab (or gives what it lacks).
+        do_lower_case: overrides the source's casing (or gives what it lacks).
 
     Returns:
-        A `PretrainedSource`.
+        A `bert_tf.convert.source.Source` (format, path, directory, bert_config, vocab_file,
+        do_lower_case, strip_accents, casing_from: "source", "name", "argument" or None).
     """
-    det = detect.detect(path)
-    d, cfg, vocab, casing, weights = det.directory, None, None, None, None
-    if det.format in ("model_garden", "tfhub", "keras_hub", "bert_tf_export", "keras"):
-        cfg, weights, vocab, casing = detect.read_weights(det)
-    if det.format in ("tf1", "bert_tf", "model_garden") and _file(d, "bert_config.json"):
-        cfg = BertConfig.from_json_file(_file(d, "bert_config.json"))
-    elif det.format == "model_garden":
-        cfg = _model_garden_config(d, cfg) or cfg
-    elif det.format == "hf":
-        from bert_tf.convert import hf
-        cfg = hf.bert_config_from_hf(d)
-        casing = hf.hf_casing(d)
-    elif det.format == "bert_tf" and bert_config_file is None:
-        found = _export_metadata(d)
-        if found is None:
-            raise BertError(f"{det.path}: a bert_tf training checkpoint with no bert_config.json "
-                            f"beside it and no export under {d}/export: pass "
-                            f"bert_config_file=... (and vocab_file=... for text input)")
-        meta, export_dir = found
-        cfg = BertConfig.from_dict(meta["bert_config"], source=export_dir)
-        vocab, casing = detect.export_vocab(export_dir, meta)
-    if bert_config_file is not None:
-        cfg = BertConfig.from_json_file(os.fspath(bert_config_file))
-    if cfg is None:
-        raise BertError(f"{det.path}: no bert_config.json beside the checkpoint: pass "
-                        f"bert_config_file=...")
-    vocab = os.fspath(vocab_file) if vocab_file is not None else vocab or _file(d, "vocab.txt")
-    if vocab is not None:  # before any weights are read
-        from bert_tf.tokenization import check_vocab_size
-        check_vocab_size(vocab, cfg.vocab_size, bert_config_file or det.path)
-    casing_from = None if casing is None else "source"
-    if do_lower_case is not None:
-        casing, casing_from = (bool(do_lower_case), bool(do_lower_case)), "argument"
-    if casing is None:
-        lower = casing_from_name(det.path)
-        casing_from = None if lower is None else "name"
-        casing = (True, True) if lower is None else (lower, lower)  # the original's default
-    return PretrainedSource(det, cfg, vocab, casing[0], casing[1], weights, casing_from)
+    return formats.read(path, bert_config_file, vocab_file, do_lower_case)
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
@@ -261,65 +124,6 @@ class BertTextModel(KerasConventions, keras.Model):
         return cls(**config)
 
 
-# sentence-transformers' Pooling modes bert_tf has (the pooler is BERT's, "cls").
-_ST_POOLING = {"pooling_mode_cls_token": "cls_token", "pooling_mode_mean_tokens": "mean"}
-_ST_OTHER = ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
-             "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
-
-
-def sentence_transformers_pooling(directory, read_pooling=True):
-    """(pooling, normalize) a sentence-transformers model declares, else (None, False).
-
-    Reads `modules.json` (the Pooling module's folder, and normalize when it lists a
-    `sentence_transformers.models.Normalize`) and the Pooling folder's `config.json`
-    (`pooling_mode_cls_token` -> "cls_token", the [CLS] vector without BERT's pooler, as
-    sentence-transformers pools; `pooling_mode_mean_tokens` -> "mean"). The model's own
-    folder is looked at, then its parent (models whose transformer is in `0_Transformer/`).
-
-    Args:
-        directory: the checkpoint's directory (None: nothing to read).
-        read_pooling: False skips the Pooling config (pooling given explicitly).
-    """
-    if not directory:
-        return None, False
-    here = directory.rstrip("/\\")
-    for d in filter(None, (here, posixpath.dirname(here))):
-        modules_file, folder, normalize = _file(d, "modules.json"), "1_Pooling", False
-        modules = _st_modules(modules_file) if modules_file else []
-        if d != here and posixpath.basename(here) not in [
-                m.get("path") for m in modules if str(m.get("type")).endswith(".Transformer")]:
-            break  # the parent is not this model's sentence-transformers folder
-        if modules_file:
-            for m in modules:
-                kind = str(m.get("type", ""))
-                if kind.endswith(".Pooling") and m.get("path"):
-                    folder = m["path"]
-                normalize = normalize or kind.endswith(".Normalize")
-        config_file = _file(d, f"{folder}/config.json") if read_pooling else None
-        if config_file is None:
-            if modules_file:
-                return None, normalize
-            continue
-        conf = fileio.read_json(config_file)
-        modes = [k for k in (*_ST_POOLING, *_ST_OTHER) if isinstance(conf, dict) and conf.get(k)]
-        if len(modes) != 1 or modes[0] not in _ST_POOLING:
-            raise BertError(f"{config_file}: pooling {' + '.join(modes) or '(none)'} is not "
-                            f"supported (bert_tf pools with {' or '.join(_ST_POOLING)}; pass "
-                            f"pooling=... to choose)")
-        return _ST_POOLING[modes[0]], normalize
-    return None, False
-
-
-def _st_modules(path):
-    try:
-        modules = json.loads(fileio.read_text(path))
-    except ValueError:
-        modules = None
-    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
-        raise BertError(f"{path}: expected a list of modules")
-    return modules
-
-
 def _task_model(task, cfg, num_classes, pooling=None, normalize=False):
     if task != "embeddings" and (pooling is not None or normalize):
         raise BertError(f"pooling / normalize are only for task='embeddings', not task={task!r}")
@@ -345,9 +149,9 @@ def _task_model(task, cfg, num_classes, pooling=None, normalize=False):
     return TASKS[task].from_bert_config(cfg)
 
 
-def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_length=128, *,
+def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_length=None, *,
                     bert_config_file=None, vocab_file=None, do_lower_case=None, pooling=None,
-                    normalize=None):
+                    normalize=None, labels=None):
     """A built Keras model holding the weights of any BERT checkpoint bert_tf reads.
 
     Args:
@@ -364,12 +168,17 @@ def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_len
         text_input: put the in-graph tokenizer in front (`BertTextModel`); classification
             and tagging models come compiled as keras-hub's (Adam 5e-5, sparse categorical
             cross-entropy on the logits, accuracy).
-        seq_length: int, what text input is packed (and truncated) to.
-        bert_config_file, vocab_file, do_lower_case: keyword-only overrides (see
+        seq_length: int, what text input is packed (and truncated) to; default: a
+            sentence-transformers directory's max_seq_length, else 128.
+        bert_config_file: keyword-only override of the source's config (see
             `read_pretrained`).
+        vocab_file: keyword-only override of the source's vocab.
+        do_lower_case: keyword-only override of the source's casing.
         pooling: task="embeddings": "cls" (the pooler), "cls_token" (the [CLS] vector) or
             "mean" (masked mean); overrides the source's sentence-transformers config.
         normalize: task="embeddings": L2-normalise (overrides the source's).
+        labels: "classification" / "tagging": class or tag names in logit order (num_classes
+            defaults to their count); kept in the model's config and served by every export.
 
     Returns:
         The model (the encoder or task model, or a `BertTextModel` with text_input).
@@ -380,21 +189,26 @@ def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_len
     """
     src = read_pretrained(path, bert_config_file, vocab_file, do_lower_case)
     if task == "embeddings":
-        st_pooling, st_normalize = sentence_transformers_pooling(src.detected.directory,
-                                                                 read_pooling=pooling is None)
+        st_pooling, st_normalize = src.pooling(pooling is None)
         pooling = pooling or st_pooling
         normalize = st_normalize if normalize is None else bool(normalize)
+    if labels is not None:
+        if task not in ("classification", "tagging"):
+            raise BertError(f"labels are only for task='classification' or 'tagging', not "
+                            f"task={task!r}")
+        labels = bm.check_labels(labels, len(labels) if num_classes is None else num_classes,
+                                 "num_classes")
+        num_classes = len(labels)
     model = _task_model(task, src.bert_config, num_classes, pooling, normalize)
+    if labels is not None:
+        model.labels = labels
     bm.build_model(model)
     # An embedder's only weights are its encoder's.
     target = model.encoder if isinstance(model, bm.BertEmbedder) else model
-    if src.weights is not None:
-        checkpoints.load_tf1_weights(target, src.weights, src.detected.path)
-    else:
-        checkpoints.load_detected(target, src.detected)
+    src.load(target)
     if not text_input:
         return model
-    return text_model(model, src, seq_length)
+    return text_model(model, src, seq_length or src.max_seq_length or 128)
 
 
 def text_model(model, source, seq_length=128):

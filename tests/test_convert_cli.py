@@ -137,7 +137,9 @@ def test_peer_free_pairs_keep_the_outputs(source, ref, sources, tmp_path, from_f
                   ENCODER_KEYS if model == "encoder" else ALL_KEYS)
     listing = sorted(os.listdir(out))
     if to_format == "savedmodel":
-        assert listing == (["encoder", "preprocessor"] if from_format == "hf" else ["encoder"])
+        # the source's vocab comes along (HF's; the release's vocab.txt beside bert_model.ckpt)
+        assert listing == (["encoder", "preprocessor"] if from_format in ("hf", "tf1")
+                           else ["encoder"])
         if from_format == "hf":
             check_preprocessor(out, str(d / "vocab.txt"))
     elif to_format == "tf1":
@@ -245,10 +247,11 @@ def test_cli_errors_are_one_line_and_write_nothing(source, sources, tmp_path, mo
          "pass --model=encoder"),
         (("onnx", prefix, "hf", out), common, "--from: unknown format 'onnx'"),
         (("tf1", prefix, "savedmodel2", out), common, "--to: unknown format 'savedmodel2'"),
-        (("tf1", prefix, "tf1", out), dict(common, bert_config_file=None),
-         "--bert_config_file: required"),
-        (("tf1", prefix, "hf", out), dict(common, vocab_file=None), "--vocab_file: required"),
-        (("tf1", prefix, "keras_hub", out), dict(common, vocab_file=None),
+        (("tf1", enc_prefix, "tf1", out), dict(common, bert_config_file=None),
+         "pass --bert_config_file"),
+        (("tf1", enc_prefix, "hf", out), dict(common, vocab_file=None, model="encoder"),
+             "--vocab_file: required"),
+        (("tf1", enc_prefix, "keras_hub", out), dict(common, vocab_file=None),
          "--vocab_file: required for --to=keras_hub"),
         (("hf", no_vocab, "hf", out), {}, "--vocab_file: required for --to=hf"),
         (("tf1", prefix, "hf", out), dict(common, bert_config_file=str(
@@ -258,8 +261,8 @@ def test_cli_errors_are_one_line_and_write_nothing(source, sources, tmp_path, mo
          "--from=keras_hub holds no pre-training heads (encoder only); pass --model=encoder"),
         (("tf1", prefix, "keras_hub", out), dict(common, model="pretrainer"),
          "--to=keras_hub holds the encoder only"),
-        (("model_garden", prefix, "tf1", out), {}, "not a readable TF2 checkpoint"),
-        (("tfhub", str(tmp_path / "broken"), "tf1", out), {}, "not a SavedModel"),
+        (("model_garden", prefix, "tf1", out), {}, "holds a tf1 model, not --from=model_garden"),
+        (("tfhub", str(tmp_path / "broken"), "tf1", out), {}, "holds a hf model, not --from=tfhub"),
     ]
     for args, kwargs, needle in cases:
         with pytest.raises(BertError) as err:

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError, tokenization
-from bert_tf.convert import checkpoints, detect, hf
+from bert_tf.convert import checkpoints, formats, hf
 from bert_tf.modeling import models as bm
 from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder
@@ -200,7 +200,7 @@ def test_errors_are_one_line(src, tmp_path):
     other = tmp_path / "other"
     tf.train.Checkpoint(thing=tf.Variable(1.0)).write(str(other / "ckpt"))
     assert "no BERT encoder under" in error(from_pretrained, str(other))
-    assert detect.detect(src["hf"] + "/model.safetensors").format == "hf"
+    assert formats.detect(src["hf"] + "/model.safetensors")[0].name == "hf"
 
 
 TRAIN = [("a good film .", 1), ("great movie", 1), ("really fine plot", 1), ("very good", 1),

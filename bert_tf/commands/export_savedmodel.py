@@ -89,28 +89,21 @@ def _explicit(name):
     return FLAGS[name].present
 
 
-def export_keras_file():
-    """The export of a .keras --init_checkpoint: its own model, task and text settings; flags
-    that contradict the file are one-line errors."""
-    import keras
+def export_keras_file(model):
+    """The export of a .keras --init_checkpoint (`model`, as read): its own model, task and
+    text settings; flags that contradict the file are one-line errors."""
     import tensorflow as tf
     from bert_tf.export import keras_export
     from bert_tf.export.serving import next_version
     from bert_tf.export.common import join
-    from bert_tf.fileio import error_gist
-    from bert_tf.modeling.config import BertConfig
+    from bert_tf.convert import formats
     from bert_tf.modeling.models import find_encoder
     from bert_tf.tokenization import vocab_tokens
     path = FLAGS.init_checkpoint
-    try:
-        model = keras.saving.load_model(path, compile=False)
-    except Exception as e:  # Keras raises many types for a bad file
-        raise BertError(f"--init_checkpoint {path}: cannot load this .keras file "
-                        f"({error_gist(e)})") from None
     inner, tokens, lower, _, _ = keras_export.unwrap(model)
     own_task = keras_export.task_of(inner)
     cfg = find_encoder(inner).bert_config
-    if FLAGS.bert_config_file and (BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
+    if FLAGS.bert_config_file and (formats.read_config(FLAGS.bert_config_file).to_dict()
                                    != cfg.to_dict()):
         raise BertError(f"--bert_config_file {FLAGS.bert_config_file}: differs from the config "
                         f"in {path} (leave it out)")
@@ -151,10 +144,12 @@ def export_keras_file():
 def run():
     """Writes the export the parsed flags ask for; returns its path."""
     from bert_tf import export
-    from bert_tf.modeling.config import BertConfig
+    from bert_tf.convert import formats
     from bert_tf.export import serving
     from bert_tf.convert.handoff import fill_flags
     fill_flags(FLAGS)  # --init_checkpoint supplies config, vocab and casing it carries
+    # read once: fill_flags remembered it
+    src = formats.read(FLAGS.init_checkpoint) if FLAGS.init_checkpoint else None
 
     if FLAGS.kind == "preprocessor":
         if not FLAGS.vocab_file or not FLAGS.export_dir:
@@ -165,13 +160,13 @@ def run():
         raise BertError("--export_dir/--export_base: give exactly one")
     if FLAGS.kind == "encoder" and FLAGS.export_base:
         raise BertError("--export_base: only for --kind=end_to_end; use --export_dir")
-    if (FLAGS.init_checkpoint or "").endswith(".keras"):
-        return export_keras_file()
+    if src is not None and src.model is not None:  # a .keras file: its own model and task
+        return export_keras_file(src.model)
     if not FLAGS.bert_config_file:
         raise BertError("--bert_config_file: required")
     if FLAGS.kind == "end_to_end" and not FLAGS.vocab_file:
         raise BertError("--vocab_file: required for --kind=end_to_end")
-    cfg = BertConfig.from_json_file(FLAGS.bert_config_file)
+    cfg = formats.read_config(FLAGS.bert_config_file)
     num_labels = len(FLAGS.labels) if FLAGS.labels else FLAGS.num_labels
     task = "embeddings" if FLAGS.kind == "encoder" else FLAGS.task
     if FLAGS.with_mlm:
@@ -179,9 +174,8 @@ def run():
             raise BertError("--with_mlm: only for --kind=encoder")
         task = "fill_mask"  # the pretrainer: encoder + the masked-LM head the mlm signature uses
     model = build_model(cfg, task, num_labels)
-    if FLAGS.init_checkpoint:
-        from bert_tf.convert.checkpoints import load_checkpoint
-        load_checkpoint(model, FLAGS.init_checkpoint)
+    if src is not None:
+        src.load(model)
     else:
         print("warning: no --init_checkpoint, exporting random weights", file=sys.stderr)
     if FLAGS.kind == "encoder":
@@ -190,10 +184,18 @@ def run():
             model, FLAGS.export_dir, vocab_file=FLAGS.vocab_file or None,
             do_lower_case=FLAGS.do_lower_case if FLAGS.vocab_file else None,
             with_mlm=FLAGS.with_mlm)
-    kwargs = dict(task=task, seq_length=FLAGS.seq_length, labels=FLAGS.labels,
+    pooling, normalize = FLAGS.pooling, FLAGS.normalize
+    if task == "embeddings" and src is not None:  # as from_pretrained(task="embeddings")
+        st_pooling, st_normalize = src.pooling(pooling is None)
+        pooling = pooling or st_pooling
+        normalize = st_normalize if normalize is None else normalize
+    seq_length = FLAGS.seq_length
+    if src is not None and src.max_seq_length and not _explicit("seq_length"):
+        seq_length = min(src.max_seq_length, cfg.max_position_embeddings)
+    kwargs = dict(task=task, seq_length=seq_length, labels=FLAGS.labels,
                   top_k=FLAGS.top_k, max_masks=FLAGS.max_masks,
-                  max_answer_length=FLAGS.max_answer_length, pooling=FLAGS.pooling,
-                  normalize=FLAGS.normalize)
+                  max_answer_length=FLAGS.max_answer_length, pooling=pooling,
+                  normalize=normalize)
     if FLAGS.export_base:
         return serving.export_for_serving(FLAGS.export_base, FLAGS.model_name, FLAGS.version,
                                           model=model, vocab_file=FLAGS.vocab_file,

@@ -51,7 +51,8 @@ def app_main(argv):
         for key in pretraining.EVAL_KEYS:
             print(f"{key} = {result['eval'][key]}")
     if result["export_dir"]:
-        print(f"exported the encoder to {result['export_dir']}")
+        from bert_tf.export.pretraining import export_lines
+        print("\n".join(export_lines(result["export_dir"], options)))
 
 
 def main():

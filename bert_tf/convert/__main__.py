@@ -10,8 +10,9 @@ TF2 checkpoint), tfhub (a TF Hub / export_tfhub_lib encoder SavedModel), keras_h
 BERT preset directory). Targets (--to): tf1 (bert_model.ckpt, bert_config.json, vocab.txt), hf,
 model_garden (the same three files, Model Garden's checkpoint layout), keras_hub (a preset) and
 savedmodel (our TF Hub-style `encoder/` SavedModel, plus `preprocessor/` when a vocab is known).
-Config, vocab and casing come from the source where its format carries them (hf, tfhub,
-keras_hub), else from --bert_config_file / --vocab_file / --do_lower_case; a given flag wins.
+--from=auto (the default) takes whatever the source is (`bert_tf.convert.formats` detects it).
+Config, vocab and casing come from the source where it carries them (as `from_pretrained`
+reads it), else from --bert_config_file / --vocab_file / --do_lower_case; a given flag wins.
 `--model=encoder` converts the encoder only (`BertModel` in HF); `pretrainer` (the default
 where both formats hold them) needs the source's MLM and NSP heads. Model Garden output and
 keras-hub in or out need the peers (`pip install "bert_tf[keras-hub]"`; Model Garden: see
@@ -24,58 +25,102 @@ from absl import app, flags
 
 import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras loads)
 from bert_tf import BertError
-from bert_tf.convert import cli_formats
-from bert_tf.convert.cli_formats import FROM, TO  # noqa: F401  (re-exported)
+from bert_tf.convert import formats
+from bert_tf.convert.source import note
+
+FROM = tuple(formats.names(readable=True)) + ("auto",)
+TO = tuple(formats.names(readable=False))
+NSP = "cls/seq_relationship/"
+
+
+def _model_kind(fmt_from, fmt_to, model, src, names):
+    """"pretrainer" or "encoder": --model, or (None/"auto") the pretrainer where both formats
+    hold heads and the source has the MLM head."""
+    if model not in (None, "auto", "pretrainer", "encoder"):
+        raise BertError(f"--model: expected pretrainer or encoder, got {model!r}")
+    if model == "pretrainer":
+        if not fmt_from.heads:
+            raise BertError(f"--model=pretrainer: --from={names[0]} holds no pre-training "
+                            "heads (encoder only); pass --model=encoder")
+        if not fmt_to.heads:
+            raise BertError(f"--model=pretrainer: --to={names[1]} holds the encoder only; "
+                            "pass --model=encoder")
+        return model
+    if model == "encoder" or not (fmt_from.heads and fmt_to.heads):
+        return "encoder"
+    if src.has_mlm():
+        return "pretrainer"
+    note(f"{src.path} has no pre-training heads: converting the encoder")
+    return "encoder"
+
+
+def _net(src, kind):
+    """A new bert_tf model for the source's config holding its weights."""
+    from bert_tf.convert.interop import build_bert_model, get_weights, set_weights
+    net = build_bert_model(src.bert_config, with_pretraining_heads=kind == "pretrainer")
+    fresh = {k: v for k, v in get_weights(net).items() if k.startswith(NSP)}
+    report = src.load(net)
+    missing = [n for n in report["missing"] if not n.startswith(NSP)]
+    if missing:
+        raise BertError(f"{src.path}: has no {', '.join(missing[:3])}"
+                        f"{' ...' if len(missing) > 3 else ''} (pass --model=encoder to "
+                        f"convert the encoder only)")
+    if report["missing"]:  # an MLM-only source (HF BertForMaskedLM): NSP head initialised
+        note(f"{src.path} has no next-sentence head: the output's is freshly initialised")
+        set_weights(net, dict(get_weights(net), **fresh), src.path)
+    return net
 
 
 def convert(from_format, source, to_format, output, bert_config_file=None, vocab_file=None,
             do_lower_case=None, model=None, overwrite=False):
-    """Converts `source` (format `from_format`) into `output` (format `to_format`).
+    """Converts `source` into `output` (format `to_format`).
 
     Args:
-        from_format: one of "tf1", "bert_tf", "hf", "model_garden", "tfhub", "keras_hub".
-        source: checkpoint prefix/directory (tf1, bert_tf, model_garden), HF model directory,
-            TF Hub encoder SavedModel or keras-hub preset directory.
-        to_format: one of "tf1", "hf", "model_garden", "keras_hub", "savedmodel".
+        from_format: a name in FROM (the source must be that format; "auto" or None:
+            whatever it is).
+        source: checkpoint prefix/directory, HF model directory, SavedModel, keras-hub
+            preset directory or .keras file.
+        to_format: a name in TO.
         output: directory to create.
-        bert_config_file: bert_config.json (required for tf1 and bert_tf sources; for the
-            others it replaces the source's config, whose shapes it must match).
-        vocab_file: vocab.txt (default: the source's, for hf, tfhub and keras_hub; required
-            for hf and keras_hub output; copied into the others).
-        do_lower_case: bool, or None for the source's casing (hf, tfhub, keras_hub; else
-            True); recorded by hf, keras_hub and the savedmodel preprocessor.
+        bert_config_file: a config file over the source's (its shapes must match the
+            weights); needed only where the source carries no config.
+        vocab_file: vocab.txt (default: the source's; needed for outputs that hold one).
+        do_lower_case: bool, or None for the source's casing (else True); recorded by the
+            formats that hold one.
         model: "pretrainer" (encoder + MLM + NSP heads), "encoder", or None: pretrainer
-            where both formats hold heads, else encoder.
+            where both formats hold heads and the source has them, else encoder.
         overwrite: replace an existing output directory.
 
     Returns:
         `output`.
     """
     import tensorflow as tf
+    from bert_tf import fileio
 
-    if from_format not in FROM:
+    if from_format not in (None, *FROM):
         raise BertError(f"--from: unknown format {from_format!r}; expected one of "
                         f"{', '.join(FROM)}")
     if to_format not in TO:
         raise BertError(f"--to: unknown format {to_format!r}; expected one of {', '.join(TO)}")
-    model = model or cli_formats.default_model(from_format, to_format)
-    cli_formats.check_model(from_format, to_format, model)
+    fmt_to = formats.by_name(to_format)
     output = output.rstrip("/")
     if tf.io.gfile.exists(output) and not overwrite:
         raise BertError(f"{output}: already exists (pass --overwrite to replace it)")
-    if to_format in cli_formats.VOCAB_REQUIRED and not vocab_file \
-            and from_format not in cli_formats.VOCAB_FROM:
+    expect = None if from_format in (None, "auto") else from_format
+    if model == "pretrainer" and expect and not formats.by_name(expect).heads:
+        _model_kind(formats.by_name(expect), fmt_to, model, None, (expect, to_format))
+    try:
+        src = formats.read(source, bert_config_file, vocab_file, do_lower_case, expect=expect)
+    except BertError as e:  # the API's argument names as this command's flags
+        raise BertError(str(e).replace("pass bert_config_file=...", "pass --bert_config_file")
+                        .replace("vocab_file=...", "--vocab_file")) from None
+    fmt_from = formats.by_name(src.format)
+    if fmt_to.needs_vocab and src.vocab_file is None:
         raise BertError(f"--vocab_file: required for --to={to_format}")
-    src = cli_formats.read(from_format, source, model, bert_config_file)
-    if vocab_file:
-        src = src._replace(vocab_file=vocab_file)
-    if do_lower_case is not None:
-        casing = (bool(do_lower_case), bool(do_lower_case))
-    else:
-        casing = src.casing or (True, True)
-    from bert_tf import fileio
+    net = _net(src, _model_kind(fmt_from, fmt_to, model, src, (src.format, to_format)))
+    casing = (src.do_lower_case, src.strip_accents)
     with fileio.atomic_dir(output, create=False) as tmp:  # each writer makes its directory
-        cli_formats.write(to_format, src, tmp, casing)
+        fmt_to.write(net, src.bert_config, tmp, src.vocab_file, casing)
     return output
 
 
@@ -84,7 +129,7 @@ def _define_flags():
     clash with other modules' flags of the same name in one process). Idempotent."""
     if "source" in flags.FLAGS:
         return
-    flags.DEFINE_enum("from", None, list(FROM), "Format of --source.")
+    flags.DEFINE_enum("from", "auto", list(FROM), "Format of --source (auto: detected).")
     flags.DEFINE_string("source", None, "Checkpoint prefix/directory, HF model directory, TF "
                         "Hub encoder SavedModel or keras-hub preset directory.")
     flags.DEFINE_enum("to", None, list(TO), "Format to write.")
@@ -109,7 +154,7 @@ def _run(argv):
         sys.exit(f"error: unexpected arguments {' '.join(argv[1:])!r}")
     f = flags.FLAGS
     try:
-        for name in ("from", "source", "to", "output"):
+        for name in ("source", "to", "output"):
             if not f[name].value:
                 raise BertError(f"--{name}: required")
         path = convert(f["from"].value, f.source, f.to, f.output, f.bert_config_file,

@@ -107,8 +107,14 @@ def finish(source, model, loaded, skipped, missing_tf1, layer_of):
     if missing_tf1:
         heads = sorted({n.split("/")[1] if n.startswith("cls/") else n.split("/")[0]
                         for n in missing_tf1})
-        log.warning("%s: no %s in the file: %d variables left at initialisation", source,
-                    ", ".join(heads), len(missing_tf1))
+        if set(heads) == {"predictions", "seq_relationship"}:
+            log.warning("%s holds an encoder only: the masked-LM and next-sentence heads start "
+                        "from fresh weights, as expected when pre-training continues from an "
+                        "encoder checkpoint (nothing to do)", source)
+        else:
+            log.warning("%s has no %s: %d variables start from fresh weights, as expected for a "
+                        "task head the checkpoint was not trained with (nothing to do)", source,
+                        ", ".join(heads), len(missing_tf1))
     return {"loaded": sorted(loaded), "skipped": sorted(skipped), "missing": sorted(missing_tf1)}
 
 
@@ -120,3 +126,21 @@ def layer_matcher(pattern):
         m = regex.match(name)
         return int(m.group(1)) if m else None
     return layer_of
+
+
+def casing_from_name(path):
+    """do_lower_case from the model's name, as the original release named its checkpoints:
+    True for `uncased_...`, False for `cased_...` / `multi_cased_...`, else None.
+
+    Args:
+        path: the checkpoint path; its last three components are looked at, deepest first
+            (TF Hub handles end in a version number).
+    """
+    import re
+    for part in reversed(re.split(r"[/\\]", path.rstrip("/\\"))[-3:]):
+        name = part.lower()
+        if "uncased" in name:
+            return True
+        if re.search(r"(^|[^a-z])cased", name):
+            return False
+    return None

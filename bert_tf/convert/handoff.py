@@ -7,11 +7,10 @@ Every script calls `fill_options(options)` (the fine-tuning scripts through
 note on stderr says which values came from the source.
 """
 import dataclasses
-import os
 import sys
-import tempfile
 
 from bert_tf import BertError
+from bert_tf.convert import formats
 
 HANDED = ("bert_config_file", "vocab_file", "do_lower_case")
 # BertConfig fields that make a config another model (dropout and the initializer may differ).
@@ -19,32 +18,16 @@ SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention
                 "intermediate_size", "max_position_embeddings", "type_vocab_size", "hidden_act")
 
 
-def _config_file(src):
-    """A bert_config.json path for the source's config: its own file, else a temp copy."""
-    from bert_tf.convert import detect
-    from bert_tf.modeling.config import BertConfig
-    cfg = src.bert_config
-    own = detect._join(src.detected.directory, "bert_config.json")
-    if src.detected.format in ("tf1", "bert_tf", "model_garden") and os.path.exists(own) \
-            and BertConfig.from_json_file(own).to_dict() == cfg.to_dict():
-        return own
-    tmp = tempfile.mkdtemp(prefix="bert_tf_config_")
-    path = os.path.join(tmp, "bert_config.json")
-    cfg.to_json_file(path)
-    return path
-
-
 def _read_source(init_checkpoint, bert_config_file):
-    from bert_tf.pretrained import read_pretrained
     try:
-        return read_pretrained(init_checkpoint), True
+        return formats.read(init_checkpoint), True
     except BertError as e:
         # a source without a config (e.g. a bare training checkpoint): the flag's then
         if not bert_config_file or "bert_config_file" not in str(e):
             raise BertError(f"--init_checkpoint={init_checkpoint}: {str(e).split(': ', 1)[-1]}"
                             .replace("pass bert_config_file=...", "pass --bert_config_file")
-                            ) from None
-        return read_pretrained(init_checkpoint, bert_config_file=bert_config_file), False
+                            .replace("vocab_file=...", "--vocab_file")) from None
+        return formats.read(init_checkpoint, bert_config_file=bert_config_file), False
 
 
 def resolve(init_checkpoint, current, explicit):
@@ -61,22 +44,24 @@ def resolve(init_checkpoint, current, explicit):
     Raises:
         BertError: an explicit flag contradicts the source (one line, naming both).
     """
-    from bert_tf.modeling.config import BertConfig
     from bert_tf.tokenization import vocab_tokens
     where = f"--init_checkpoint={init_checkpoint}"
     given_cfg = current.get("bert_config_file") if "bert_config_file" in explicit else None
     src, cfg_from_source = _read_source(init_checkpoint, given_cfg)
+    formats.remember(init_checkpoint, src)  # the script's load reads it no second time
     values, taken = {}, []
     if "bert_config_file" in current and cfg_from_source:
         if given_cfg:
-            mine = BertConfig.from_json_file(given_cfg).to_dict()
+            mine = formats.read_config(given_cfg).to_dict()
             theirs = src.bert_config.to_dict()
             diff = [k for k in SHAPE_FIELDS if mine.get(k) != theirs.get(k)]
             if diff:
                 raise BertError(f"--bert_config_file={given_cfg}: {diff[0]} {mine.get(diff[0])}"
                                 f" but {where} has {theirs.get(diff[0])} (a different model)")
         else:
-            values["bert_config_file"] = _config_file(src)
+            # its own config file where it has one, else the checkpoint itself: scripts read
+            # --bert_config_file through formats.read_config, which takes both
+            values["bert_config_file"] = src.config_file or init_checkpoint
             taken.append("bert_config_file")
     if "vocab_file" in current and src.vocab_file:
         given = current.get("vocab_file") if "vocab_file" in explicit else None

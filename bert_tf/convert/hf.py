@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from bert_tf import BertError, fileio
 from bert_tf.convert import common
+from bert_tf.convert.source import Format, Source, file_in, parent
 from bert_tf.convert.tf1 import tf1_name_map
 from bert_tf.modeling import models as bm
 from bert_tf.modeling.config import BertConfig
@@ -299,3 +300,42 @@ def save_hf_directory(model, out_dir, vocab_file, do_lower_case=True, labels=Non
             with tf.io.gfile.GFile(posixpath.join(tmp, name), "wb") as f:
                 f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
     return out_dir
+
+
+# ---- the format (bert_tf.convert.source) -----------------------------------------------------
+
+def _detect(path):
+    if path.endswith(".safetensors"):
+        return path
+    if tf.io.gfile.isdir(path) and (file_in(path, "model.safetensors")
+                                    or file_in(path, "model.safetensors.index.json")):
+        return path
+    return None
+
+
+def _read(path):
+    from bert_tf.convert import sentence_transformers as st
+    directory = path if tf.io.gfile.isdir(path) else parent(path)
+    return Source("hf", path, directory, bert_config_from_hf(directory),
+                  file_in(directory, "vocab.txt"), hf_casing(directory),
+                  config_file=posixpath.join(directory, "config.json"),
+                  loader=lambda model: load_hf_safetensors(model, path),
+                  has_mlm=lambda: "cls.predictions.bias" in hf_tensor_names(path),
+                  pooling=lambda read_pooling=True: st.pooling(directory, read_pooling),
+                  max_seq_length=st.max_seq_length(directory))
+
+
+def _write(net, cfg, out, vocab_file, casing):
+    lower, strip = casing
+    save_hf_directory(net, out, vocab_file, lower, strip_accents=None if strip == lower else strip)
+
+
+def _config(path):
+    """A config.json in HF's dialect (it names a model_type or architectures)."""
+    data = fileio.read_json(path)
+    return bert_config_from_hf(path) if isinstance(data, dict) and (
+        "model_type" in data or "architectures" in data) else None
+
+
+FORMAT = Format("hf", _detect, _read, _write, heads=True, needs_vocab=True, config=_config,
+                looks_for="model.safetensors (Hugging Face)")

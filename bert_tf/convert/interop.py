@@ -12,9 +12,10 @@ from bert_tf.modeling.config import BertConfig
 
 # What a pip user runs (setup.py's extras; Model Garden cannot resolve in one pip command:
 # its tf-models-official pins absl-py/numpy ranges the stack has outgrown, so it goes --no-deps).
+# Keyed by the setup.py extra.
 PEER_INSTALL = {
-    "keras_hub": 'pip install "bert_tf[keras-hub]"',
-    "model_garden": ('pip install "bert_tf[model-garden]" && pip install --no-deps '
+    "keras-hub": 'pip install "bert_tf[keras-hub]"',
+    "model-garden": ('pip install "bert_tf[model-garden]" && pip install --no-deps '
                      'tf-models-official==2.20.0 tensorflow-model-optimization==0.8.1'),
 }
 

@@ -18,8 +18,9 @@ import numpy as np
 from bert_tf import BertError
 from bert_tf.convert.interop import (config_from_weights, encoder_of, get_weights,
                                      model_from_weights, require_peer)
+from bert_tf.convert.source import Format, Source, file_in
 
-_KH = "keras_hub"  # interop.PEER_INSTALL key
+_KH = "keras-hub"  # interop.PEER_INSTALL key
 _TOP = {
     "token_embedding/embeddings": "bert/embeddings/word_embeddings",
     "position_embedding/embeddings": "bert/embeddings/position_embeddings",
@@ -207,3 +208,32 @@ def save_keras_hub_preset(model, vocab_file, do_lower_case, preset_dir, strip_ac
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return preset_dir
+
+
+# ---- the format (bert_tf.convert.source) -----------------------------------------------------
+
+def _detect(path):
+    import tensorflow as tf
+    if tf.io.gfile.isdir(path) and file_in(path, "model.weights.h5") \
+            and file_in(path, "config.json"):
+        return path
+    return None
+
+
+def _read(path):
+    model, vocab, lower, strip = load_keras_hub_preset_with_casing(path)
+    weights = get_weights(model)
+
+    def loader(target):
+        from bert_tf.convert.tf1 import load_tf1_weights
+        return load_tf1_weights(target, weights, path)
+    return Source("keras_hub", path, path, encoder_of(model).bert_config, vocab, (lower, strip),
+                  loader=loader)
+
+
+def _write(net, cfg, out, vocab_file, casing):
+    save_keras_hub_preset(net, vocab_file, casing[0], out, strip_accents=casing[1])
+
+
+FORMAT = Format("keras_hub", _detect, _read, _write, needs_vocab=True,
+                looks_for="config.json + model.weights.h5 (keras-hub preset)")

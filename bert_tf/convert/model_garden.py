@@ -259,8 +259,8 @@ def model_garden_encoder(bert_config):
 
     Needs tf-models-official and tf_keras (imported here, never at module level).
     """
-    tf_keras = require_peer("tf_keras", "model_garden")
-    networks = require_peer("official.nlp.modeling.networks", "model_garden")
+    tf_keras = require_peer("tf_keras", "model-garden")
+    networks = require_peer("official.nlp.modeling.networks", "model-garden")
     c = bert_config
     return networks.BertEncoder(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_layers=c.num_hidden_layers,
@@ -317,9 +317,9 @@ def to_model_garden(model):
     _set_mg_encoder(encoder, w, cfg)
     if "cls/predictions/output_bias" not in w:
         return {"encoder": encoder}, encoder
-    tf_keras = require_peer("tf_keras", "model_garden")
-    mg_models = require_peer("official.nlp.modeling.models", "model_garden")
-    mg_layers = require_peer("official.nlp.modeling.layers", "model_garden")
+    tf_keras = require_peer("tf_keras", "model-garden")
+    mg_models = require_peer("official.nlp.modeling.models", "model-garden")
+    mg_layers = require_peer("official.nlp.modeling.layers", "model-garden")
     nsp = mg_layers.ClassificationHead(inner_dim=cfg.hidden_size, num_classes=2,
                                        name="next_sentence")
     pretrainer = mg_models.BertPretrainerV2(

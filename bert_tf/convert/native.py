@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.convert import common
+from bert_tf.convert.source import Format, Source, beside, checkpoint_variables, parent
 from bert_tf.convert.tf1 import tf1_name_map
 from bert_tf.modeling.models import BertTaskModel, ensure_built, find_encoder
 
@@ -194,3 +195,40 @@ def load_bert_tf_checkpoint(model, path):
     for path, var in loaded:
         var.assign(staging[path].numpy().astype(var.dtype, copy=False))
     return report
+
+
+# ---- the format (bert_tf.convert.source) -----------------------------------------------------
+
+def _detect(path):
+    prefix, names = checkpoint_variables(path)
+    if prefix and "_CHECKPOINTABLE_OBJECT_GRAPH" in names and is_bert_tf_checkpoint(prefix):
+        return prefix
+    return None
+
+
+def _read(prefix):
+    from bert_tf.convert import bert_tf_export
+    from bert_tf.modeling.config import BertConfig
+    directory = parent(prefix)
+    own = beside(directory)
+    cfg, vocab, casing, hint = own["bert_config"], own["vocab_file"], None, None
+    if cfg is None:
+        found = bert_tf_export.newest_export(directory)
+        if found is None:
+            hint = (f"a bert_tf training checkpoint with no bert_config.json beside it and no "
+                    f"export under {directory}/export")
+        else:
+            meta, export_dir = found
+            cfg = BertConfig.from_dict(meta["bert_config"], source=export_dir)
+            vocab, casing = bert_tf_export.export_vocab(export_dir, meta)
+    src = Source("bert_tf", prefix, directory, cfg, vocab, casing,
+                 config_file=own["config_file"],
+                 loader=lambda model: load_bert_tf_checkpoint(model, prefix),
+                 has_mlm=lambda: any("/masked_lm/" in n for n in checkpoint_variables(prefix)[1]))
+    if hint:
+        src.config_hint = hint
+    return src
+
+
+FORMAT = Format("bert_tf", _detect, _read, heads=True,
+                looks_for="a checkpoint under bert_tf's object keys (model, model/encoder)")

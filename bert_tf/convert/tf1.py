@@ -22,6 +22,8 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.convert import common
+from bert_tf.convert.source import (Format, Source, beside, checkpoint_variables, parent,
+                                    write_config_and_vocab)
 from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.models import ensure_built, find_encoder
 
@@ -189,3 +191,54 @@ def save_tf1_checkpoint(model, path, global_step=None):
         tf.io.gfile.rename(data, path + data[len(tmp):], overwrite=True)
     tf.io.gfile.rename(tmp + ".index", path + ".index", overwrite=True)
     return path
+
+
+def load_tf1_weights(model, weights, source):
+    """Loads TF1-named arrays (as the peer converters read them) into `model`.
+
+    Args:
+        model: a BertEncoder, a task model or a keras.Model with one BertEncoder.
+        weights: {TF1 name: array in the TF1 layout} (`bert_tf.convert.interop.get_weights`).
+        source: the path, for messages.
+
+    Returns:
+        The report dict (see `bert_tf.convert.common`); names are TF1 names.
+    """
+    names = tf1_name_map(model)
+    plan = [(n, var, transpose, weights[n]) for n, (var, transpose) in names.items()
+            if n in weights]
+    if not plan:
+        raise BertError(f"{source}: no BERT encoder weights found")
+    skipped = [n for n in weights if n not in names]
+    missing = [n for n in names if n not in weights]
+    report = common.finish(source, model, [p[0] for p in plan], skipped, missing,
+                           common.layer_matcher(r"bert/encoder/layer_(\d+)/"))
+    common.assign_all(source, plan, "file")
+    return report
+
+
+# ---- the format (bert_tf.convert.source) -----------------------------------------------------
+
+def _detect(path):
+    prefix, names = checkpoint_variables(path)
+    if prefix and "_CHECKPOINTABLE_OBJECT_GRAPH" not in names \
+            and any(n.startswith("bert/") for n in names):
+        return prefix
+    return None
+
+
+def _read(prefix):
+    directory = parent(prefix)
+    return Source("tf1", prefix, directory, **beside(directory),
+                  loader=lambda model: load_tf1_checkpoint(model, prefix),
+                  has_mlm=lambda: "cls/predictions/output_bias" in checkpoint_variables(prefix)[1])
+
+
+def _write(net, cfg, out, vocab_file, casing):
+    tf.io.gfile.makedirs(out)
+    save_tf1_checkpoint(net, posixpath.join(out, "bert_model.ckpt"))
+    write_config_and_vocab(out, cfg, vocab_file, casing, "tf1")
+
+
+FORMAT = Format("tf1", _detect, _read, _write, heads=True,
+                looks_for="a checkpoint (.index + .data) with the original bert/... names")

@@ -14,6 +14,7 @@ import numpy as np
 
 from bert_tf import BertError
 from bert_tf.convert.interop import config_from_weights, model_from_weights
+from bert_tf.convert.source import Format, weights_source
 
 _EMBEDDINGS = {
     "word_embeddings/embeddings": "bert/embeddings/word_embeddings",
@@ -157,3 +158,23 @@ def read_tfhub_preprocessor(export_dir):
     ids = loaded.tokenize(probe)
     rows = ids.merge_dims(1, 2).to_list() if ids.ragged_rank > 1 else ids.to_list()
     return vocab_file, bool(np.array_equal(rows[0], rows[1]))
+
+
+# ---- the format (bert_tf.convert.source) -----------------------------------------------------
+
+def _detect(path):
+    import tensorflow as tf
+    if tf.io.gfile.isdir(path) and tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    return None
+
+
+def _read(path):
+    cfg, weights, vocab, lower = read_tfhub_encoder(path)
+    return weights_source("tfhub", path, path, lambda: weights, bert_config=cfg,
+                          vocab_file=vocab, casing=None if lower is None else (lower, lower))
+
+
+# --from=tfhub reads bert_tf's own encoder export too (a TF Hub-style SavedModel).
+FORMAT = Format("tfhub", _detect, _read, heads=True, also_reads=("bert_tf_export",),
+                looks_for="saved_model.pb (TF Hub encoder)")

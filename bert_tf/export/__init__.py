@@ -14,3 +14,16 @@ from bert_tf.export.end_to_end import TASKS, export_end_to_end  # noqa: F401
 from bert_tf.export.serving import (export_for_serving, models_config_text,  # noqa: F401
                                     next_version, write_models_config)
 from bert_tf.export.keras_loading import load_as_keras_layer, load_as_keras_model  # noqa: F401
+
+
+def _register():
+    """The writers lower layers reach through `bert_tf.exporter` (see bert_tf/__init__)."""
+    import bert_tf
+    from bert_tf.export import keras_export, pretraining
+    for name, fn in (("model", keras_export.export_model), ("encoder", export_encoder),
+                     ("preprocessor", export_preprocessor),
+                     ("pretrained", pretraining.export_pretrained)):
+        bert_tf.register_exporter(name, fn)
+
+
+_register()

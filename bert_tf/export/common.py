@@ -28,8 +28,9 @@ TASK_MODEL_CLASSES = {"fill_mask": models.BertPretrainer, "classification": mode
 find_encoder = models.find_encoder
 ensure_built = models.ensure_built
 
-EXTRA_DIR = "assets.extra"            # TF Serving's folder for files next to the model
-METADATA_FILE = "bert_tf_export.json"  # what was exported (task, labels, config...), in EXTRA_DIR
+# TF Serving's folder for files next to the model, and what was exported (task, labels,
+# config...) in it: the format module reads them back.
+from bert_tf.convert.bert_tf_export import EXTRA_DIR, METADATA_FILE  # noqa: E402,F401
 FORMAT = "bert_tf.export/1"
 
 
@@ -170,11 +171,8 @@ def write_saved_model(module, export_dir, signatures, metadata, before_publish=N
 
 def read_metadata(export_dir):
     """The dict `write_saved_model` stored in export_dir; BertError if it is not our export."""
-    path = join(export_dir, EXTRA_DIR, METADATA_FILE)
-    if not tf.io.gfile.exists(path):
-        raise BertError(f"{export_dir}: not a bert_tf export (no {EXTRA_DIR}/{METADATA_FILE})")
-    with tf.io.gfile.GFile(path, "r") as f:
-        return json.loads(f.read())
+    from bert_tf.convert.bert_tf_export import read_metadata as read
+    return read(export_dir)
 
 
 def model_metadata(model):

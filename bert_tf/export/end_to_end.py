@@ -32,57 +32,12 @@ import tensorflow as tf
 from bert_tf import BertError
 from bert_tf import tokenization
 from bert_tf.export import common
+from bert_tf.export.task_settings import TASKS, check_task_model, labels_for, pooling_for  # noqa: F401
 from bert_tf.modeling import models
 from bert_tf.export.preprocessor import (TEXT_B_SPEC, TEXT_SPEC, TextPreprocessor,
                                          check_seq_length)
 
-TASKS = ("embeddings", "fill_mask", "classification", "regression", "span", "tagging")
 MASK_LITERAL = tokenization.MASK
-
-
-def _check_task_model(model, task):
-    expected = common.TASK_MODEL_CLASSES
-    if task not in TASKS:
-        raise BertError(f"--task: unknown task {task!r}; expected one of {', '.join(TASKS)}")
-    if task == "embeddings":
-        common.bert_config_of(model, "export_end_to_end")
-        return
-    if not isinstance(model, expected[task]):
-        raise BertError(f"--task={task}: needs a {expected[task].__name__}, "
-                        f"got {type(model).__name__}")
-    if task == "classification" and model.num_classes < 2:
-        raise BertError("--task=classification: the classifier has 1 output; use "
-                        "--task=regression")
-    if task == "regression" and model.num_classes != 1:
-        raise BertError(f"--task=regression: needs a BertClassifier with num_classes=1, got "
-                        f"{model.num_classes}")
-
-
-def _labels_for(model, task, labels):
-    if task not in ("classification", "tagging"):
-        return None
-    n = model.num_classes if task == "classification" else model.num_labels
-    if labels is None:
-        return [str(i) for i in range(n)]
-    labels = [str(x) for x in labels]
-    if len(labels) != n:
-        raise BertError(f"--labels: {len(labels)} labels given, the model has {n} outputs")
-    return labels
-
-
-def _pooling_for(model, task, pooling, normalize):
-    """(pooling, normalize) of the `embedding` output: the arguments, else a BertEmbedder's
-    own, else "cls" (the pooler, BERT's pooled_output) unnormalised."""
-    if task != "embeddings":
-        if pooling is not None or normalize:
-            raise BertError(f"--pooling/--normalize: only for --task=embeddings, not {task}")
-        return None, False
-    if pooling is not None and pooling not in models.POOLINGS:
-        raise BertError(f"--pooling: {pooling!r} is not one of {', '.join(models.POOLINGS)}")
-    own = model if isinstance(model, models.BertEmbedder) else None
-    pooling = pooling or (own.pooling if own else "cls")
-    normalize = (own.normalize if own else False) if normalize is None else bool(normalize)
-    return pooling, normalize
 
 
 class EndToEndModule(tf.Module):
@@ -108,13 +63,13 @@ class EndToEndModule(tf.Module):
                  labels=None, top_k=5, max_masks=8, max_answer_length=30, name="bert_end_to_end",
                  strip_accents=None, pooling=None, normalize=None):
         super().__init__(name=name)
-        _check_task_model(model, task)
+        check_task_model(model, task)
         check_seq_length(seq_length)
         cfg = common.bert_config_of(model, "export_end_to_end")
         if seq_length > cfg.max_position_embeddings:
             raise BertError(f"--seq_length: {seq_length} exceeds max_position_embeddings "
                             f"{cfg.max_position_embeddings}")
-        self._pooling, self._normalize = _pooling_for(model, task, pooling, normalize)
+        self._pooling, self._normalize = pooling_for(model, task, pooling, normalize)
         if vocab_file is None:  # ids in only (IdsModule): a model exported without its vocab
             if task == "fill_mask":
                 raise BertError("--task=fill_mask: needs a vocab (to find [MASK] and name "
@@ -149,7 +104,7 @@ class EndToEndModule(tf.Module):
         self._max_masks = int(max_masks)
         self._max_answer_length = int(max_answer_length)
         # Plain Python data goes in Refs: tf.Module would wrap lists into tracked ListWrappers.
-        self._labels = common.Ref(_labels_for(model, task, labels))
+        self._labels = common.Ref(labels_for(model, task, labels))
         # id -> token string for fill_mask/span/tagging outputs; ids of a padded embedding
         # table beyond the vocab file map to "".
         self._vocab_tokens = common.Ref(

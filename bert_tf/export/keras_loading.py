@@ -95,28 +95,5 @@ def load_as_keras_model(export_dir):
         (model, metadata). Embeddings exports give the BertEncoder (or functional encoder
         model) only.
     """
-    from bert_tf.modeling.models import ensure_built
-
-    meta = common.read_metadata(export_dir)
-    if meta.get("kind") not in ("encoder", "end_to_end"):
-        raise BertError(f"{export_dir}: a {meta.get('kind')} export holds no model weights")
-    if "keras_config" not in meta:
-        raise BertError(f"{export_dir}: exported by an older bert_tf (no keras_config in "
-                        f"{common.EXTRA_DIR}/{common.METADATA_FILE}); export it again")
-    try:
-        model = keras.saving.deserialize_keras_object(meta["keras_config"])
-    except (TypeError, ValueError) as e:
-        raise BertError(f"{export_dir}: cannot rebuild the model from its keras_config "
-                        f"({str(e).strip().splitlines()[0]})") from None
-    ensure_built(model)
-    saved = list(tf.saved_model.load(export_dir).model_variables)
-    name = type(model).__name__
-    if len(saved) != len(model.weights):
-        raise BertError(f"{export_dir}: {len(saved)} saved variables, {name} has "
-                        f"{len(model.weights)}")
-    for var, value, path in zip(model.weights, saved, meta["variable_paths"]):
-        if tuple(var.shape) != tuple(value.shape):
-            raise BertError(f"{export_dir}: variable {path} has shape {tuple(value.shape)}, "
-                            f"the rebuilt model expects {tuple(var.shape)}")
-        var.assign(value)
-    return model, meta
+    from bert_tf.convert import bert_tf_export
+    return bert_tf_export.load_model(export_dir)

@@ -206,11 +206,21 @@ def export_for_serving(export_base, model_name, version=None, *, model, vocab_fi
         model_name: letters, digits, _ . - (the served name).
         version: positive int; None takes the next free one. An existing version is an error:
             served versions are immutable.
-        model, vocab_file, do_lower_case, task, seq_length, labels, top_k, max_masks,
-            max_answer_length: as `end_to_end.export_end_to_end`.
+        model: as `end_to_end.export_end_to_end`, as are the parameters below up to
+            `max_answer_length`.
+        vocab_file: the vocab of the in-graph tokenizer.
+        do_lower_case: its casing.
+        task: the export's task.
+        seq_length: what text is packed to.
+        labels: the class or tag names.
+        top_k: fill-mask: predictions per mask.
+        max_masks: fill-mask: masks per text.
+        max_answer_length: span: the longest answer.
         warmup_texts: sentences for the warm-up requests (default: built-in examples).
         warmup_pairs: (text, text_b) tuples for serving_pairs warm-up.
-        strip_accents, pooling, normalize: as `end_to_end.export_end_to_end`.
+        strip_accents: as `end_to_end.export_end_to_end`.
+        pooling: as `end_to_end.export_end_to_end`.
+        normalize: as `end_to_end.export_end_to_end`.
     """
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name or ""):
         raise BertError(f"--model_name: {model_name!r} is not a valid model name "

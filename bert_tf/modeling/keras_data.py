@@ -226,6 +226,6 @@ class KerasConventions:
         if input_signature is not None:
             raise BertError("export: input_signature is fixed by bert_tf (text or ids "
                             "signatures); leave it unset")
-        from bert_tf.export.keras_export import export_model
-        return export_model(self, filepath, verbose=True if verbose is None else verbose,
+        import bert_tf  # the export package is a higher layer: reached through its exporter
+        return bert_tf.exporter("model")(self, filepath, verbose=True if verbose is None else verbose,
                             **kwargs)

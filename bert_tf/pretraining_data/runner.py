@@ -8,6 +8,7 @@ import sys
 import time
 
 from bert_tf import BertError
+from bert_tf import fileio
 from bert_tf.fileio import describe_files
 from bert_tf.pretraining_data import documents as docs_lib
 from bert_tf.pretraining_data import guard
@@ -136,14 +137,20 @@ def _resolve_vocab(opts, input_files, prefix):
 def _check_bert_config(opts, vocab_size):
     if not opts.bert_config_file:
         return
-    from bert_tf.modeling.config import BertConfig
-    config = BertConfig.from_json_file(opts.bert_config_file)
-    if opts.max_seq_length > config.max_position_embeddings:
+    # Only the two fields every config dialect (bert_config.json, a Hugging Face config.json)
+    # spells and means alike are read here: the data layer needs no model config class.
+    config = fileio.read_json(opts.bert_config_file, "bert_config file not found")
+    missing = [k for k in ("max_position_embeddings", "vocab_size")
+               if not isinstance(config, dict) or not isinstance(config.get(k), int)]
+    if missing:
+        raise BertError(f"--bert_config_file={opts.bert_config_file}: no {missing[0]} (not a "
+                        f"BERT config)")
+    if opts.max_seq_length > config["max_position_embeddings"]:
         raise BertError(f"--max_seq_length: {opts.max_seq_length} is larger than "
-                        f"max_position_embeddings {config.max_position_embeddings} "
+                        f"max_position_embeddings {config['max_position_embeddings']} "
                         f"of {opts.bert_config_file}")
     from bert_tf.tokenization.vocab_check import check_vocab_count
-    check_vocab_count(vocab_size, config.vocab_size, opts.vocab_file or "--vocab_file",
+    check_vocab_count(vocab_size, config["vocab_size"], opts.vocab_file or "--vocab_file",
                       opts.bert_config_file)
 
 

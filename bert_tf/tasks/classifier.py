@@ -70,7 +70,7 @@ def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
         cfg: the task's RunConfig (needs bert_config_file, vocab_file, output_dir).
         phases: the task's do_* flags; at least one must be set.
     """
-    from bert_tf.modeling.config import BertConfig
+    from bert_tf.convert.formats import read_config
     from bert_tf.tokenization import FullTokenizer, check_vocab_size
     if not any(getattr(cfg, p) for p in phases):
         raise BertError("at least one of " + ", ".join(f"--{p}" for p in phases)
@@ -79,7 +79,7 @@ def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
         if not getattr(cfg, name):
             raise BertError(f"--{name}: required")
     finetune.check_flags(cfg)
-    bert_config = BertConfig.from_json_file(cfg.bert_config_file)
+    bert_config = read_config(cfg.bert_config_file)  # any dialect the format table reads
     if cfg.max_seq_length > bert_config.max_position_embeddings:
         raise BertError(f"--max_seq_length: {cfg.max_seq_length} exceeds the model's "
                         f"max_position_embeddings {bert_config.max_position_embeddings}")

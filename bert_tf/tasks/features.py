@@ -130,14 +130,14 @@ def format_line(unique_id, tokens, layer_values, layers):
 def run(cfg):
     """Writes the features of every input line to --output_file; returns a summary dict."""
     import tensorflow as tf
-    from bert_tf.modeling.config import BertConfig
+    from bert_tf.convert.formats import read_config
     from bert_tf.tasks import classifier_data, finetune
     from bert_tf.tokenization import FullTokenizer, check_vocab_size
     for name in ("input_file", "output_file", "bert_config_file", "vocab_file"):
         if not getattr(cfg, name):
             raise BertError(f"--{name}: required")
     finetune.check_flags(cfg)
-    bert_config = BertConfig.from_json_file(cfg.bert_config_file)
+    bert_config = read_config(cfg.bert_config_file)  # any dialect the format table reads
     check_vocab_size(cfg.vocab_file, bert_config.vocab_size, cfg.bert_config_file)
     if cfg.max_seq_length > bert_config.max_position_embeddings:
         raise BertError(f"--max_seq_length: {cfg.max_seq_length} exceeds the model's "

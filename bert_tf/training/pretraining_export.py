@@ -14,7 +14,6 @@ Both encoder exports carry the `mlm` sub-model (masked-LM logits, as Model Garde
 `do_lower_case`.
 """
 import logging
-import posixpath
 
 import tensorflow as tf
 
@@ -23,9 +22,6 @@ from bert_tf import BertError
 log = logging.getLogger("bert_tf")
 
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
-SUFFIXES = ("", "_embeddings", "_preprocessor", "_encoder")
-
-
 def check_vocab(options, bert_config):
     """One-line BertError unless --vocab_file fits the config (before any training step).
 
@@ -46,20 +42,10 @@ def check_vocab(options, bert_config):
                         "(a BERT vocab needs [CLS], [SEP] and [MASK])")
 
 
-def _with_warmup(export_fn, final_dir, requests):
-    """export_fn(tmp_dir) writes a SavedModel; add warm-up requests; rename to final_dir (TF
-    Serving never loads the non-numeric temp folder)."""
-    from bert_tf import fileio
-    from bert_tf.export import common, serving
-    with fileio.atomic_dir(final_dir, create=False, replace=False) as tmp:
-        export_fn(tmp)
-        serving.write_warmup_file(common.join(tmp, common.EXTRA_DIR, serving.WARMUP_FILE),
-                                  requests)
-    return final_dir
-
-
 def export_pretrained(model, export_dir, options):
-    """Export a trained BertPretrainer as described in the module docstring.
+    """Export a trained BertPretrainer as described in the module docstring
+    (`bert_tf.export.pretraining.export_pretrained`, reached through `bert_tf.exporter`: the
+    export package is a higher layer than training).
 
     Args:
         model: the BertPretrainer.
@@ -68,35 +54,5 @@ def export_pretrained(model, export_dir, options):
     Returns:
         export_dir.
     """
-    from bert_tf import export
-    if not options.vocab_file:
-        export.export_encoder(model, export_dir, with_mlm=True)
-        log.info("exported the ids-in encoder to %s; for text-in models (TF Hub preprocessor "
-                 "+ encoder, fill-mask, embeddings) add --vocab_file and --do_lower_case",
-                 export_dir)
-        return export_dir
-    from bert_tf.export import serving
-    name, seq = options.model_name, options.max_seq_length
-    vocab, lower = options.vocab_file, options.do_lower_case
-    names = [name + s for s in SUFFIXES]
-    version = max(serving.next_version(posixpath.join(export_dir, n)) for n in names)
-    for task, model_name in (("fill_mask", names[0]), ("embeddings", names[1])):
-        serving.export_for_serving(export_dir, model_name, version, model=model,
-                                   vocab_file=vocab, do_lower_case=lower, task=task,
-                                   seq_length=seq)
-    texts = tf.constant([t.encode() for t in serving.DEFAULT_WARMUP_TEXTS])
-    pre_dir, enc_dir = (posixpath.join(export_dir, n, str(version)) for n in names[2:])
-
-    _with_warmup(lambda d: export.export_preprocessor(vocab, lower, d, seq), pre_dir, [
-        serving.predict_request(names[2], "serving_default", {"text": texts[:1]}),
-        serving.predict_request(names[2], "serving_default", {"text": texts})])
-    # The encoder's warm-up inputs: the exported preprocessor's ids of the same texts.
-    ids = {k: v.numpy() for k, v in
-           tf.saved_model.load(pre_dir).signatures["serving_default"](text=texts).items()}
-    requests = [
-        serving.predict_request(names[3], "serving_default", {k: v[:1] for k, v in ids.items()}),
-        serving.predict_request(names[3], "serving_default", ids)]
-    _with_warmup(lambda d: export.export_encoder(model, d, vocab, lower, with_mlm=True),
-                 enc_dir, requests)
-    log.info("exported %s/{%s}/%d", export_dir, ",".join(names), version)
-    return export_dir
+    import bert_tf
+    return bert_tf.exporter("pretrained")(model, export_dir, options)

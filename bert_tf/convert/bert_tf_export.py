@@ -1,0 +1,185 @@
+"""bert_tf's own SavedModel exports as a format: read back into Keras, and written by
+`bert-convert --to=savedmodel` (an `encoder/` + `preprocessor/` pair).
+
+Detected by `assets.extra/bert_tf_export.json`, also inside a directory of exports: the
+`encoder/` of bert-convert's pair (the vocab and casing come from `preprocessor/`) and the
+TF Serving layout (`<model>/<version>/`: the newest version). The model comes back from the
+Keras config in that metadata, with the exported variables in order. Writing goes through
+`bert_tf.exporter` (the export package is a higher layer than convert).
+"""
+import posixpath
+
+import tensorflow as tf
+
+from bert_tf import BertError, fileio
+from bert_tf.convert.source import Format, Source, join, lazy, note
+
+EXTRA_DIR = "assets.extra"            # TF Serving's folder for files next to the model
+METADATA_FILE = "bert_tf_export.json"  # what was exported (task, labels, config...), in EXTRA_DIR
+
+
+def _exists(directory, name):
+    return tf.io.gfile.exists(join(directory, name))
+
+
+def read_metadata(export_dir):
+    """The dict an export stored in `assets.extra/bert_tf_export.json`; BertError if it is
+    not our export."""
+    path = join(export_dir, EXTRA_DIR, METADATA_FILE)
+    if not tf.io.gfile.exists(path):
+        raise BertError(f"{export_dir}: not a bert_tf export (no {EXTRA_DIR}/{METADATA_FILE})")
+    return fileio.read_json(path)
+
+
+def export_inside(path):
+    """The SavedModel a directory of exports stands for, or None: `encoder/` (bert-convert
+    --to=savedmodel), else the highest numbered version folder (TF Serving layout)."""
+    if _exists(path, "saved_model.pb"):
+        return None
+    if _exists(path, join("encoder", "saved_model.pb")):
+        return join(path, "encoder")
+    versions = [v for v in tf.io.gfile.listdir(path) if v.rstrip("/").isdigit()]
+    for v in sorted(versions, key=lambda v: int(v.rstrip("/")), reverse=True):
+        if _exists(path, join(v.rstrip("/"), "saved_model.pb")):
+            return join(path, v.rstrip("/"))
+    return None
+
+
+def _sibling_preprocessor(export_dir):
+    """The preprocessor export beside an encoder export, or None: `<dir>/preprocessor` next
+    to `<dir>/encoder` (bert-convert), `<name>_preprocessor/<newest version>` next to
+    `<name>_encoder/<version>` (run_pretraining's TF Serving export)."""
+    export_dir = export_dir.rstrip("/")
+    parent, name = posixpath.split(export_dir)
+    candidates = []
+    if name == "encoder":
+        candidates.append(join(parent, "preprocessor"))
+    elif name.isdigit():
+        grand, model = posixpath.split(parent)
+        if model.endswith("_encoder"):
+            candidates.append(join(grand, model[:-len("_encoder")] + "_preprocessor"))
+    for c in candidates:
+        if tf.io.gfile.isdir(c):
+            found = export_inside(c) or (c if _exists(c, "saved_model.pb") else None)
+            if found is not None:
+                return found
+    return None
+
+
+def export_vocab(export_dir, meta):
+    """(vocab_file or None, casing or None) of a bert_tf export: its one `.txt` asset (text-in
+    exports; encoder exports have none) and the do_lower_case / strip_accents its metadata
+    records (strip_accents absent: it follows do_lower_case, as the original).
+
+    Args:
+        export_dir: the export's directory.
+        meta: the export's metadata dict (`read_metadata`).
+    """
+    found = tf.io.gfile.glob(join(export_dir, "assets", "*.txt"))
+    lower = meta.get("do_lower_case")
+    if len(found) != 1:  # an encoder export: the vocab is its sibling preprocessor's
+        pre = _sibling_preprocessor(export_dir)
+        if pre is not None:
+            pre_meta = join(pre, EXTRA_DIR, METADATA_FILE)
+            pre_meta = fileio.read_json(pre_meta) if tf.io.gfile.exists(pre_meta) else {}
+            found = tf.io.gfile.glob(join(pre, "assets", "*.txt"))
+            lower = meta.get("do_lower_case", pre_meta.get("do_lower_case"))
+            meta = {**pre_meta, **meta}
+    return (found[0] if len(found) == 1 else None,
+            None if lower is None else (bool(lower), bool(meta.get("strip_accents", lower))))
+
+
+def newest_export(directory):
+    """(metadata, export dir) of the newest export under directory/export that records a
+    bert_config, or None: training writes no bert_config.json, its exports carry it."""
+    found = []
+    for pattern in ("export", "export/*", "export/*/*"):
+        found += tf.io.gfile.glob(join(directory, pattern, EXTRA_DIR, METADATA_FILE))
+    for meta_file in sorted(found, key=lambda f: tf.io.gfile.stat(f).mtime_nsec, reverse=True):
+        meta = fileio.read_json(meta_file)
+        if "bert_config" in meta:
+            return meta, posixpath.dirname(posixpath.dirname(meta_file))
+    return None
+
+
+def load_model(export_dir, meta=None):
+    """Rebuilds the bert_tf Keras model of an encoder/end-to-end export with its weights:
+    (model, metadata). See `bert_tf.export.load_as_keras_model`.
+
+    Args:
+        export_dir: the export's directory.
+        meta: its metadata dict, or None to read it from the export.
+    """
+    import keras
+    from bert_tf.modeling.models import ensure_built
+    meta = read_metadata(export_dir) if meta is None else meta
+    if meta.get("kind") not in ("encoder", "end_to_end"):
+        raise BertError(f"{export_dir}: a {meta.get('kind')} export holds no model weights")
+    if "keras_config" not in meta:
+        raise BertError(f"{export_dir}: exported by an older bert_tf (no keras_config in "
+                        f"{EXTRA_DIR}/{METADATA_FILE}); export it again")
+    try:
+        model = keras.saving.deserialize_keras_object(meta["keras_config"])
+    except (TypeError, ValueError) as e:
+        raise BertError(f"{export_dir}: cannot rebuild the model from its keras_config "
+                        f"({str(e).strip().splitlines()[0]})") from None
+    ensure_built(model)
+    saved = list(tf.saved_model.load(export_dir).model_variables)
+    name = type(model).__name__
+    if len(saved) != len(model.weights):
+        raise BertError(f"{export_dir}: {len(saved)} saved variables, {name} has "
+                        f"{len(model.weights)}")
+    for var, value, path in zip(model.weights, saved, meta["variable_paths"]):
+        if tuple(var.shape) != tuple(value.shape):
+            raise BertError(f"{export_dir}: variable {path} has shape {tuple(value.shape)}, "
+                            f"the rebuilt model expects {tuple(var.shape)}")
+        var.assign(value)
+    return model, meta
+
+
+# ---- the format ------------------------------------------------------------------------------
+
+def _detect(path):
+    if not tf.io.gfile.isdir(path):
+        return None
+    inner = export_inside(path)
+    if inner is not None:
+        return inner
+    return path if _exists(path, join(EXTRA_DIR, METADATA_FILE)) \
+        and _exists(path, "saved_model.pb") else None
+
+
+def _read(path):
+    from bert_tf.convert.interop import encoder_of, get_weights
+    from bert_tf.modeling.config import BertConfig
+    meta = read_metadata(path)
+    vocab, casing = export_vocab(path, meta)
+    model = lazy(lambda: load_model(path, meta)[0])
+    weights = lazy(lambda: get_weights(model()))
+    if "bert_config" in meta:
+        cfg = BertConfig.from_dict(meta["bert_config"], source=path)
+    else:
+        cfg = encoder_of(model()).bert_config
+
+    def loader(target):
+        from bert_tf.convert.tf1 import load_tf1_weights
+        return load_tf1_weights(target, weights(), path)
+    return Source("bert_tf_export", path, path, cfg, vocab, casing, loader=loader,
+                  has_mlm=lambda: "cls/predictions/output_bias" in weights())
+
+
+def _write(net, cfg, out, vocab_file, casing):
+    import bert_tf
+    bert_tf.exporter("encoder")(net, posixpath.join(out, "encoder"))
+    if vocab_file is None:
+        note("no vocab: wrote the encoder only (give --vocab_file for the preprocessor)")
+        return
+    # packs to what the encoder takes (bert_pack_inputs takes any length)
+    bert_tf.exporter("preprocessor")(vocab_file, casing[0], posixpath.join(out, "preprocessor"),
+                                     seq_length=min(128, cfg.max_position_embeddings),
+                                     strip_accents=casing[1])
+
+
+FORMAT = Format("bert_tf_export", _detect, _read, _write, aliases=("savedmodel",),
+                looks_for="saved_model.pb with assets.extra/bert_tf_export.json (a bert_tf "
+                "export, also under encoder/ or a numbered version folder)")

@@ -1,0 +1,189 @@
+"""One format table (bert_tf.convert.formats): the same source gives the same model through the
+Python API and every command, each source is read once per command, no temp folder is left,
+and each format's name is a string in at most two files (issue 32)."""
+import ast
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import bert_tf
+from bert_tf import BertError
+from bert_tf.convert import formats
+from bert_tf.convert.__main__ import convert
+from test_convert_encoder_only import write_bert_model_dir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXTS = ["the movie was good", "a dull film", "really not awful , good", ""]
+ST_MODULES = [
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize",
+     "type": "sentence_transformers.models.Normalize"}]
+ST_SEQ = 24  # sentence_bert_config.json's max_seq_length (the tiny model has 40 positions)
+
+
+def run_command(module, *args):
+    out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                         cwd=ROOT, env=dict(os.environ, CUDA_VISIBLE_DEVICES="",
+                                            TF_CPP_MIN_LOG_LEVEL="3"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    base = tmp_path_factory.mktemp("formats")
+    hf_dir = write_bert_model_dir(base)  # exact GELU ("gelu" in HF's config.json)
+    st = base / "st"
+    shutil.copytree(hf_dir, st)
+    (st / "1_Pooling").mkdir()
+    (st / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 16, "pooling_mode_cls_token": False,
+         "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False}))
+    (st / "modules.json").write_text(json.dumps(ST_MODULES))
+    (st / "sentence_bert_config.json").write_text(json.dumps(
+        {"max_seq_length": ST_SEQ, "do_lower_case": False}))
+    # What run_pretraining leaves in --output_dir: an object checkpoint and, with --vocab_file,
+    # the TF Serving exports under export/ (no bert_config.json); initialised from `st`.
+    run = base / "run"
+    pretrainer = bert_tf.from_pretrained(str(st), task="pretraining")
+    tf.train.Checkpoint(model=pretrainer).write(str(run / "model.ckpt-3"))
+    from bert_tf.training.options import PretrainingOptions
+    from bert_tf.training.pretraining_export import export_pretrained
+    options = PretrainingOptions(init_checkpoint=str(st), vocab_file=f"{hf_dir}/vocab.txt",
+                                 do_lower_case=True, max_seq_length=ST_SEQ, model_name="bert")
+    export_pretrained(pretrainer, str(run / "export"), options)
+    # bert_tf's own encoder export (TF Hub-style, vocab asset and do_lower_case inside).
+    encoder_export = str(base / "bert_encoder" / "1")
+    bert_tf.exporter("encoder")(bert_tf.from_pretrained(hf_dir), encoder_export,
+                                vocab_file=f"{hf_dir}/vocab.txt", do_lower_case=True)
+    emb = bert_tf.from_pretrained(str(st), task="embeddings", text_input=True)
+    return dict(base=base, hf=hf_dir, st=str(st), run=str(run), encoder=encoder_export,
+                emb=emb, want=emb.predict(TEXTS, verbose=0))
+
+
+def encoder_outputs(path, ids):
+    out = bert_tf.from_pretrained(path)(ids, training=False)
+    return {k: out[k].numpy() for k in ("sequence_output", "pooled_output")}
+
+
+def assert_same_model(a, b, ids):
+    for k, v in encoder_outputs(a, ids).items():
+        np.testing.assert_allclose(v, encoder_outputs(b, ids)[k], atol=1e-5, err_msg=k)
+
+
+def ids_of(src):
+    return {k: v.numpy() for k, v in src["emb"].preprocessor(tf.constant(TEXTS)).items()}
+
+
+def test_export_savedmodel_embeddings_serve_what_from_pretrained_gives(src, tmp_path):
+    want = src["want"]  # masked mean, L2-normalised (sentence-transformers' vectors)
+    np.testing.assert_allclose(np.linalg.norm(want[:3], axis=1), 1.0, atol=1e-6)
+    out = str(tmp_path / "emb")
+    run_command("bert_tf.commands.export_savedmodel", f"--init_checkpoint={src['st']}",
+                "--task=embeddings", f"--export_dir={out}")
+    served = tf.saved_model.load(out).signatures["serving_default"](text=tf.constant(TEXTS))
+    np.testing.assert_allclose(served["embedding"].numpy(), want, atol=1e-5)
+    meta = json.load(open(f"{out}/assets.extra/bert_tf_export.json"))
+    assert (meta["pooling"], meta["normalize"], meta["seq_length"]) == ("mean", True, ST_SEQ)
+    # run_pretraining's bert_embeddings export pools as its --init_checkpoint declares too.
+    emb_dir = os.path.join(src["run"], "export", "bert_embeddings", "1")
+    served = tf.saved_model.load(emb_dir).signatures["serving_default"](text=tf.constant(TEXTS))
+    np.testing.assert_allclose(served["embedding"].numpy(), want, atol=1e-5)
+
+
+def test_hf_config_json_is_read_as_hf_everywhere(src, tmp_path):
+    config_json = os.path.join(src["hf"], "config.json")
+    assert formats.read_config(config_json).hidden_act == "gelu_exact"
+    out = str(tmp_path / "hf_out")
+    convert("hf", src["hf"], "hf", out, bert_config_file=config_json)
+    assert json.load(open(f"{out}/config.json"))["hidden_act"] == "gelu"
+    assert_same_model(src["hf"], out, ids_of(src))
+    # bert-create-pretraining-data checks --bert_config_file (either dialect) too.
+    from bert_tf.pretraining_data import runner
+    opts = types.SimpleNamespace(bert_config_file=config_json, max_seq_length=64,
+                                 vocab_file="vocab.txt")
+    with pytest.raises(BertError, match="max_position_embeddings 40 of .*config.json"):
+        runner._check_bert_config(opts, 20)
+
+
+def test_convert_reads_a_run_pretraining_directory_with_no_extra_flags(src, tmp_path):
+    out = str(tmp_path / "from_run")
+    convert("bert_tf", src["run"], "hf", out)
+    assert os.path.exists(f"{out}/vocab.txt")  # the export's vocab, found without --vocab_file
+    assert_same_model(src["run"], out, ids_of(src))
+    assert_same_model(src["st"], out, ids_of(src))
+
+
+@pytest.mark.parametrize("from_format", ["tfhub", "auto"])
+def test_convert_reads_bert_tfs_own_encoder_export(src, tmp_path, from_format):
+    out = str(tmp_path / "from_export")
+    convert(from_format, src["encoder"], "hf", out)
+    assert_same_model(src["hf"], out, ids_of(src))
+
+
+def test_default_seq_length_follows_sentence_bert_config(src):
+    assert src["emb"].preprocessor.seq_length == ST_SEQ
+    enc = bert_tf.from_pretrained(src["st"], text_input=True, seq_length=12)
+    assert enc.preprocessor.seq_length == 12  # given wins
+    with pytest.raises(BertError, match="^seq_length=128: must be in"):  # no such file: 128
+        bert_tf.from_pretrained(src["hf"], text_input=True)
+
+
+def test_each_source_read_once_per_command_and_no_temp_folder(src, tmp_path, monkeypatch):
+    from bert_tf.convert import checkpoints, handoff
+    from bert_tf.training.options import PretrainingOptions
+    reads = []
+
+    def counted(fmt):
+        def read(path):
+            reads.append((fmt.name, path))
+            return fmt.read(path)
+        return dataclasses.replace(fmt, read=read)
+    monkeypatch.setattr(formats, "FORMATS", tuple(counted(f) for f in formats.FORMATS))
+    monkeypatch.setattr(formats, "_REMEMBERED", {})
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    for path in (src["hf"], src["encoder"], src["run"]):
+        reads.clear()
+        options = handoff.fill_options(PretrainingOptions(init_checkpoint=path), explicit=set())
+        cfg = formats.read_config(options.bert_config_file)  # what the script does next
+        model = bert_tf.modeling.models.BertPretrainer.from_bert_config(cfg)
+        checkpoints.load_checkpoint(model, path)
+        assert len(reads) == 1, reads
+    assert os.listdir(tmp) == []
+
+
+def _literal_files(name):
+    files = set()
+    for f in pathlib.Path(ROOT, "bert_tf").rglob("*.py"):
+        tree = ast.parse(f.read_text())
+        # The package's own name as a logger or Keras package is not the format's.
+        other = {id(a) for c in ast.walk(tree) if isinstance(c, ast.Call)
+                 for a in [*c.args, *(k.value for k in c.keywords)]
+                 if getattr(c.func, "attr", getattr(c.func, "id", "")) == "getLogger"
+                 or any(k.arg == "package" and k.value is a for k in c.keywords)}
+        if any(isinstance(n, ast.Constant) and n.value == name and id(n) not in other
+               for n in ast.walk(tree)):
+            files.add(str(f.relative_to(ROOT)))
+    return files
+
+
+def test_each_format_is_named_in_at_most_two_files():
+    names = {n for f in formats.FORMATS for n in (f.name, *f.aliases)}
+    assert {"tf1", "hf", "bert_tf", "model_garden", "tfhub", "keras_hub"} <= names
+    for name in names:
+        files = _literal_files(name)
+        assert len(files) <= 2, (name, sorted(files))
