@@ -1,7 +1,8 @@
 """BertEncoder: embeddings + N post-LN transformer blocks + tanh pooler on [CLS].
 
 Inputs follow the TF Hub / Model Garden convention: a dict of int32 `input_word_ids`,
-`input_mask`, `input_type_ids` ([batch, seq]). Outputs: `sequence_output` [B, S, H],
+`input_mask`, `input_type_ids` ([batch, seq]), plus `input_positions` for packed rows
+(`PACKED_INPUTS`). Outputs: `sequence_output` [B, S, H],
 `pooled_output` [B, H] and `encoder_outputs` (list of every layer's [B, S, H]).
 
 >>> import bert_tf, keras
@@ -20,6 +21,10 @@ from bert_tf.modeling import layers as bl
 from bert_tf.modeling.config import BertConfig
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+# Packed pre-training rows add `input_positions` [B, S] (restarting at 0 for each sequence);
+# their `input_mask` is then the sequence index (1, 2, ... ; 0 = padding) and attention is
+# block-diagonal. Training-only: exports and served models take INPUT_NAMES.
+PACKED_INPUTS = ("input_positions",)
 
 
 def dummy_inputs(batch=2, seq=8):
@@ -114,8 +119,14 @@ class BertEncoder(keras.layers.Layer):
         mask = ops.ones_like(ids) if mask is None else ops.cast(mask, "int32")
         type_ids = inputs.get("input_type_ids")
         type_ids = ops.zeros_like(ids) if type_ids is None else ops.cast(type_ids, "int32")
-        x = self.embeddings(ids, type_ids, training=training)
-        bias = bl.attention_bias(mask)
+        positions = inputs.get("input_positions")
+        if positions is None:
+            x = self.embeddings(ids, type_ids, training=training)
+            bias = bl.attention_bias(mask)
+        else:  # packed rows: input_mask holds each token's sequence index (see PACKED_INPUTS)
+            x = self.embeddings(ids, type_ids, training=training,
+                                position_ids=ops.cast(positions, "int32"))
+            bias = bl.packed_attention_bias(mask)
         outputs = []
         for block in self.transformer_layers:
             x = block(x, bias, training=training)
@@ -146,8 +157,8 @@ class BertEncoder(keras.layers.Layer):
             filepath: the SavedModel folder.
             **kwargs: `export_model` keyword arguments.
         """
-        from bert_tf.export.keras_export import export_model
-        return export_model(self, filepath, **kwargs)
+        import bert_tf  # the export package is a higher layer: reached through its exporter
+        return bert_tf.exporter("model")(self, filepath, **kwargs)
 
 
 def encoder_inputs(seq_length=None):

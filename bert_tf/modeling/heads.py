@@ -19,6 +19,21 @@ def gather_positions(sequence_output, positions):
     return tf.gather(sequence_output, tf.cast(positions, tf.int32), batch_dims=1)
 
 
+def pooled_at(encoder, sequence_output, cls_positions):
+    """The encoder's pooler (dense + tanh, as on [CLS] of an ordinary row) applied to each
+    packed sequence's [CLS] vector.
+
+    Args:
+        encoder: the BertEncoder (its `pooler`).
+        sequence_output: [B, S, H].
+        cls_positions: int [B, N], the [CLS] position of each sequence of the pack.
+
+    Returns:
+        [B, N, H].
+    """
+    return encoder.pooler(gather_positions(sequence_output, cls_positions))
+
+
 @keras.saving.register_keras_serializable(package="bert_tf")
 class MaskedLMHead(keras.layers.Layer):
     """Masked-LM head: transform (dense + act + LayerNorm), then logits against the tied word

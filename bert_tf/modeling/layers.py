@@ -47,7 +47,9 @@ def _layer_norm(name):
 class BertEmbeddings(keras.layers.Layer):
     """Word + token type + position embeddings, then LayerNorm and dropout.
 
-    Called as `layer(input_word_ids, input_type_ids, training=None)` -> [B, S, hidden_size].
+    Called as `layer(input_word_ids, input_type_ids, training=None, position_ids=None)` ->
+    [B, S, hidden_size]; `position_ids` int [B, S] (packed rows restart at 0 for each
+    sequence) gathers the position embeddings by id instead of taking rows 0..S-1.
 
     Args:
         vocab_size: int, rows of the word embedding table.
@@ -83,11 +85,14 @@ class BertEmbeddings(keras.layers.Layer):
             initializer=init)
         self.layer_norm.build((None, None, self.hidden_size))
 
-    def call(self, input_word_ids, input_type_ids, training=None):
-        seq_len = ops.shape(input_word_ids)[1]
+    def call(self, input_word_ids, input_type_ids, training=None, position_ids=None):
         x = ops.take(self.word_embeddings, input_word_ids, axis=0)
         x = x + ops.take(self.token_type_embeddings, input_type_ids, axis=0)
-        x = x + ops.expand_dims(self.position_embeddings[:seq_len], 0)
+        if position_ids is None:
+            seq_len = ops.shape(input_word_ids)[1]
+            x = x + ops.expand_dims(self.position_embeddings[:seq_len], 0)
+        else:
+            x = x + ops.take(self.position_embeddings, position_ids, axis=0)
         x = ops.cast(self.layer_norm(x), self.compute_dtype)
         return self.dropout(x, training=training)
 
@@ -112,6 +117,25 @@ def attention_bias(input_mask, dtype="float32"):
     """
     mask = ops.cast(input_mask, dtype)
     return (1.0 - mask)[:, None, None, :] * ATTENTION_MASK_ADDER
+
+
+def packed_attention_bias(sequence_index, dtype="float32"):
+    """Block-diagonal additive attention bias of packed rows, built from the sequence index.
+
+    A token attends only to the tokens of its own sequence, so the sequences of a pack do not
+    see each other (no cross-contamination); the [B, S, S] mask is never stored in records.
+
+    Args:
+        sequence_index: int [B, S]: 1, 2, 3, ... = which sequence of the pack; 0 = padding.
+        dtype: dtype of the result.
+
+    Returns:
+        [B, 1, S, S]: 0 where query and key are in the same sequence, -10000 elsewhere (padding
+        keys always; a padding query attends to nothing real, and nothing reads it).
+    """
+    idx = ops.cast(sequence_index, "int32")
+    same = ops.logical_and(ops.equal(idx[:, :, None], idx[:, None, :]), idx[:, None, :] > 0)
+    return (1.0 - ops.cast(same, dtype))[:, None, :, :] * ATTENTION_MASK_ADDER
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")

@@ -20,7 +20,7 @@ from keras import ops
 from bert_tf import BertError
 from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
-from bert_tf.modeling.heads import DenseLogitsHead, MaskedLMHead
+from bert_tf.modeling.heads import DenseLogitsHead, MaskedLMHead, pooled_at
 from bert_tf.modeling.keras_data import KerasConventions
 
 POOLINGS = ("cls", "cls_token", "mean")
@@ -94,13 +94,39 @@ class BertTaskModel(KerasConventions, keras.Model):
         return cls(**config)
 
 
+def check_labels(labels, n, what):
+    """`labels` as a list of n strings (None stays None); a one-line BertError otherwise.
+
+    Args:
+        labels: label names in logit order, or None.
+        n: the number of logits.
+        what: the argument n came from, for the message.
+    """
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        raise BertError(f"labels: expected a list of names, got the string {labels!r}")
+    labels = [str(x) for x in labels]
+    if len(labels) != n:
+        raise BertError(f"labels: {len(labels)} names given, but {what}={n}")
+    if len(set(labels)) != n:
+        raise BertError(f"labels: names repeat in {labels}")
+    return labels
+
+
+def _plain(labels):  # Keras tracks list attributes; configs hold plain lists
+    return None if labels is None else list(labels)
+
+
 @keras.saving.register_keras_serializable(package="bert_tf")
 class BertPretrainer(BertTaskModel):
     """Encoder + masked-LM head (tied to the word embeddings) + next-sentence head.
 
     Extra input: `masked_lm_positions` int [B, P] (all positions are scored when absent).
     Outputs: `mlm_logits` [B, P, V], `nsp_logits` [B, 2] (float32), plus the encoder's
-    `sequence_output` / `pooled_output`.
+    `sequence_output` / `pooled_output`. Packed rows (`input_positions` and
+    `next_sentence_positions` int [B, N], each sequence's [CLS]) give `nsp_logits` [B, N, 2]
+    and `pooled_output` [B, N, H].
 
     Args:
         encoder: the `BertEncoder`; the heads take its hidden size, vocabulary, activation
@@ -125,9 +151,13 @@ class BertPretrainer(BertTaskModel):
             b, s = ops.shape(inputs["input_word_ids"])[0], ops.shape(inputs["input_word_ids"])[1]
             positions = ops.broadcast_to(ops.arange(s, dtype="int32")[None, :], (b, s))
         mlm = self.masked_lm(enc["sequence_output"], positions, self.encoder.word_embeddings)
-        nsp = self.next_sentence(enc["pooled_output"])
+        pooled = enc["pooled_output"]
+        cls_positions = inputs.get("next_sentence_positions")
+        if cls_positions is not None:  # packed rows: the pooler on each sequence's [CLS]
+            pooled = pooled_at(self.encoder, enc["sequence_output"], cls_positions)
+        nsp = self.next_sentence(pooled)
         return {"mlm_logits": mlm, "nsp_logits": nsp,
-                "sequence_output": enc["sequence_output"], "pooled_output": enc["pooled_output"]}
+                "sequence_output": enc["sequence_output"], "pooled_output": pooled}
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
@@ -140,13 +170,16 @@ class BertClassifier(BertTaskModel):
         encoder: the `BertEncoder`.
         num_classes: int, number of logits.
         dropout_rate: float, dropout on the pooled output before the dense layer (training only).
+        labels: optional class names in logit order (saved in the config; every export
+            serves them instead of "0", "1", ...).
         **kwargs: `keras.Model` arguments.
     """
 
-    def __init__(self, encoder, num_classes, dropout_rate=0.1, **kwargs):
+    def __init__(self, encoder, num_classes, dropout_rate=0.1, labels=None, **kwargs):
         super().__init__(encoder, **kwargs)
         self.num_classes = num_classes
         self.dropout_rate = dropout_rate
+        self.labels = check_labels(labels, num_classes, "num_classes")
         self.classifier = DenseLogitsHead(num_classes, dropout_rate,
                                           self.bert_config.initializer_range, name="classifier")
 
@@ -159,7 +192,7 @@ class BertClassifier(BertTaskModel):
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes,
-                "dropout_rate": self.dropout_rate}
+                "dropout_rate": self.dropout_rate, "labels": _plain(self.labels)}
 
 
 @keras.saving.register_keras_serializable(package="bert_tf")
@@ -192,13 +225,15 @@ class BertTokenClassifier(BertTaskModel):
         encoder: the `BertEncoder`.
         num_labels: int, number of tags.
         dropout_rate: float, dropout on the sequence output (training only).
+        labels: optional tag names in logit order (saved in the config, served by exports).
         **kwargs: `keras.Model` arguments.
     """
 
-    def __init__(self, encoder, num_labels, dropout_rate=0.1, **kwargs):
+    def __init__(self, encoder, num_labels, dropout_rate=0.1, labels=None, **kwargs):
         super().__init__(encoder, **kwargs)
         self.num_labels = num_labels
         self.dropout_rate = dropout_rate
+        self.labels = check_labels(labels, num_labels, "num_labels")
         self.tagger = DenseLogitsHead(num_labels, dropout_rate,
                                       self.bert_config.initializer_range, name="tagger")
 
@@ -211,7 +246,7 @@ class BertTokenClassifier(BertTaskModel):
 
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels,
-                "dropout_rate": self.dropout_rate}
+                "dropout_rate": self.dropout_rate, "labels": _plain(self.labels)}
 
 
 def pool(encoder_outputs, input_mask, pooling="cls", normalize=False):

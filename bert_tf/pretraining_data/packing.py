@@ -41,12 +41,23 @@ class InputError(BertError):
 
 
 def default_num_predictions(max_predictions_per_seq, max_sequences_per_pack):
-    """P when the packs need no more: max_predictions_per_seq + max_sequences_per_pack - 1."""
+    """P when the packs need no more: max_predictions_per_seq + max_sequences_per_pack - 1.
+
+    Args:
+        max_predictions_per_seq: the unpacked records' max_predictions_per_seq.
+        max_sequences_per_pack: N.
+    """
     return max_predictions_per_seq + max_sequences_per_pack - 1
 
 
 def packed_feature_lengths(max_seq_length, num_predictions, max_sequences_per_pack):
-    """Feature name -> fixed length of a packed row (S, P, N)."""
+    """Feature name -> fixed length of a packed row (S, P, N).
+
+    Args:
+        max_seq_length: S.
+        num_predictions: P.
+        max_sequences_per_pack: N.
+    """
     s, p, n = max_seq_length, num_predictions, max_sequences_per_pack
     return {"input_ids": s, "input_mask": s, "segment_ids": s, "positions": s,
             "masked_lm_positions": p, "masked_lm_ids": p, "masked_lm_weights": p,
@@ -54,7 +65,13 @@ def packed_feature_lengths(max_seq_length, num_predictions, max_sequences_per_pa
 
 
 def packed_feature_spec(max_seq_length, num_predictions, max_sequences_per_pack):
-    """The `tf.io.parse_example` spec of packed records (imports TensorFlow)."""
+    """The `tf.io.parse_example` spec of packed records (imports TensorFlow).
+
+    Args:
+        max_seq_length: S.
+        num_predictions: P.
+        max_sequences_per_pack: N.
+    """
     import tensorflow as tf
     lengths = packed_feature_lengths(max_seq_length, num_predictions, max_sequences_per_pack)
     return {name: tf.io.FixedLenFeature([n], tf.float32 if name in PACKED_FLOAT_FEATURES
@@ -68,7 +85,14 @@ def is_packed(feature_names):
 
 
 def parse_packed_records(paths, max_seq_length, num_predictions, max_sequences_per_pack):
-    """Packed TFRecord file(s) -> list of dicts of numpy arrays (tests, inspection; imports TF)."""
+    """Packed TFRecord file(s) -> list of dicts of numpy arrays (tests, inspection; imports TF).
+
+    Args:
+        paths: a file path or a list of them.
+        max_seq_length: S.
+        num_predictions: P.
+        max_sequences_per_pack: N.
+    """
     import tensorflow as tf
     spec = packed_feature_spec(max_seq_length, num_predictions, max_sequences_per_pack)
     paths = [paths] if isinstance(paths, str) else list(paths)
@@ -95,6 +119,7 @@ class Sequence:
 
     @property
     def num_predictions(self):
+        """How many masked-LM predictions the sequence has."""
         return len(self.lm_positions)
 
 
@@ -119,7 +144,12 @@ def sequence_length(input_mask):
 
 
 def to_sequence(features, max_seq_length):
-    """An original-schema dict (padded arrays) -> Sequence; InputError if it cannot be packed."""
+    """An original-schema dict (padded arrays) -> Sequence; InputError if it cannot be packed.
+
+    Args:
+        features: feature name -> padded array, as in an unpacked record.
+        max_seq_length: S (a longer sequence is an InputError).
+    """
     check_features(features)
     n = sequence_length(features["input_mask"])
     if n > max_seq_length:
@@ -218,7 +248,14 @@ def predictions_bound(histogram, max_predictions_by_length, max_seq_length,
                       max_sequences_per_pack):
     """The most predictions any pack of these sequences can hold: a knapsack over lengths
     (at most N sequences, at most S tokens, each length at most as often as it occurs),
-    each length counted with the most predictions seen at that length."""
+    each length counted with the most predictions seen at that length.
+
+    Args:
+        histogram: histogram[L] = sequences of length L.
+        max_predictions_by_length: [L] = the most predictions of a sequence of length L.
+        max_seq_length: S.
+        max_sequences_per_pack: N.
+    """
     n, s = max_sequences_per_pack, max_seq_length
     best = np.full((n + 1, s + 1), -1, np.int64)  # best[k, t]: k sequences of t tokens
     best[0, 0] = 0
@@ -235,7 +272,14 @@ def predictions_bound(histogram, max_predictions_by_length, max_seq_length,
 # ---- rows ------------------------------------------------------------------------------------
 
 def build_row(sequences, max_seq_length, num_predictions, max_sequences_per_pack):
-    """Sequences of one pack -> a packed feature dict (numpy arrays)."""
+    """Sequences of one pack -> a packed feature dict (numpy arrays).
+
+    Args:
+        sequences: the pack's Sequence objects, in row order.
+        max_seq_length: S.
+        num_predictions: P.
+        max_sequences_per_pack: N.
+    """
     s, p, n = max_seq_length, num_predictions, max_sequences_per_pack
     ints = {name: np.zeros(length, np.int64) for name, length in
             packed_feature_lengths(s, p, n).items() if name not in PACKED_FLOAT_FEATURES}
@@ -263,12 +307,24 @@ def build_row(sequences, max_seq_length, num_predictions, max_sequences_per_pack
 
 
 def window_rng(random_seed, window):
-    """The Generator that orders window `window`'s packs (a function of the seed only)."""
+    """The Generator that orders window `window`'s packs (a function of the seed only).
+
+    Args:
+        random_seed: the run's --random_seed.
+        window: the window's global index.
+    """
     return np.random.default_rng(np.random.SeedSequence([int(random_seed) & (2**63 - 1), window]))
 
 
 def pack_sequences(sequences, max_seq_length, max_sequences_per_pack, rng=None):
-    """Sequence objects -> list of packs (lists of Sequence), shuffled when `rng` is given."""
+    """Sequence objects -> list of packs (lists of Sequence), shuffled when `rng` is given.
+
+    Args:
+        sequences: the Sequence objects to pack.
+        max_seq_length: S.
+        max_sequences_per_pack: N.
+        rng: a numpy Generator that shuffles the packs, or None for the plan's order.
+    """
     if not sequences:
         return []
     lengths = np.fromiter((len(q) for q in sequences), np.int64, len(sequences))
@@ -313,7 +369,13 @@ def pack_examples(examples, max_seq_length=128, max_sequences_per_pack=3,
 
 
 def unpack_example(row, max_seq_length, max_predictions_per_seq):
-    """A packed row -> its sequences as original-schema dicts, padded to these lengths."""
+    """A packed row -> its sequences as original-schema dicts, padded to these lengths.
+
+    Args:
+        row: a packed feature dict (numpy arrays).
+        max_seq_length: the unpacked records' max_seq_length.
+        max_predictions_per_seq: the unpacked records' max_predictions_per_seq.
+    """
     mask = np.asarray(row["input_mask"])
     weights = np.asarray(row["next_sentence_weights"])
     out = []

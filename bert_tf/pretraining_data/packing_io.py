@@ -27,6 +27,10 @@ REPORT_EVERY = 2000  # records between progress messages
 def iter_records(path, skip=0):
     """Yields the records of a TFRecord file (after the first `skip`).
 
+    Args:
+        path: the TFRecord file.
+        skip: how many records to pass over first.
+
     Raises:
         packing.InputError: not TFRecord framing (bad length checksum, cut short).
     """
@@ -146,7 +150,12 @@ def decode_example(data):
 
 
 def read_sequence(data, max_seq_length):
-    """A serialized unpacked record -> (packing.Sequence, padded length of its input_ids)."""
+    """A serialized unpacked record -> (packing.Sequence, padded length of its input_ids).
+
+    Args:
+        data: the serialized tf.train.Example.
+        max_seq_length: S (a longer sequence is an InputError).
+    """
     features = decode_example(data)
     packing.check_features(features)
     if any(features[n] is None for n in packing.schema.FEATURE_NAMES):
@@ -189,6 +198,7 @@ class PackTask:
 
     @property
     def size(self):
+        """Sequences the shard packs (all its windows)."""
         return sum(self.windows)
 
 
@@ -240,7 +250,17 @@ def _sequences(pieces, max_seq_length):
 
 
 def write_packs(task, cfg, report, done=None):
-    """Pass 2: make shard `task` into `task.output` (temp name, renamed when complete)."""
+    """Pass 2: make shard `task` into `task.output` (temp name, renamed when complete).
+
+    Args:
+        task: the PackTask.
+        cfg: the PackConfig.
+        report: sends a progress/done message tuple to the parent.
+        done: () -> what the "done" message carries, or None to send none.
+
+    Returns:
+        the shard's counts (sequences, packs, tokens, predictions, ...).
+    """
     s, n, p = cfg.max_seq_length, cfg.max_sequences_per_pack, cfg.num_predictions
     f = RecordFile(task.output)
     stats = {"sequences": 0, "packs": 0, "tokens": 0, "predictions": 0,

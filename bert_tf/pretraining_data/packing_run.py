@@ -97,7 +97,14 @@ def _lengths(opts, input_files, progress):
 
 def plan_tasks(records_per_file, input_files, paths, window_size):
     """Output shard k packs input records [k*R/K, (k+1)*R/K), in equal windows of at most
-    `window_size` -> list of PackTask."""
+    `window_size` -> list of PackTask.
+
+    Args:
+        records_per_file: records in each input file.
+        input_files: the input file paths, in order.
+        paths: the output shard paths (K of them).
+        window_size: the most sequences packed (and shuffled) together.
+    """
     total, k = sum(records_per_file), len(paths)
     starts = np.cumsum([0] + list(records_per_file))
     tasks, first_window = [], 0
@@ -250,7 +257,12 @@ def _run(opts, input_files, paths, stats_path, start, stop):
 
 
 def summary_line(totals, outputs):
-    """The one line printed at the end."""
+    """The one line printed at the end.
+
+    Args:
+        totals: the run's totals (the journal's).
+        outputs: how many output files were written.
+    """
     return (f"packed {totals['sequences_in']} sequences into {totals['packs_out']} rows "
             f"({totals['sequences_per_pack']:.2f} per row) in {outputs} file(s): padding "
             f"{100 * totals['padding_share_before']:.1f}% -> "

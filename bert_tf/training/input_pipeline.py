@@ -7,6 +7,10 @@ shapes, named for the model plus labels:
   masked_lm_positions, masked_lm_ids, masked_lm_weights   [B, max_predictions_per_seq]
   next_sentence_labels                                [B]
 
+Packed records (bert-pack-pretraining-data; `packed_records`) are detected by their features
+and yield input_positions [B, S], masked_lm_* [B, P], and next_sentence_positions/labels/
+weights [B, N] instead (P and N read from the records); input_mask is the sequence index.
+
 Training: each epoch a new permutation of the files, interleaved (cycle 8), records shuffled in
 blocks of `shuffle_buffer_size`, repeated forever. All randomness is stateless and keyed by `seed`
 (not by TF's global seed) and the interleave is deterministic, so a restarted run can skip exactly
@@ -43,6 +47,7 @@ import tensorflow as tf
 from bert_tf import BertError, fileio
 from bert_tf.pretraining_data.masking import BatchMasker
 from bert_tf.pretraining_data.schema import feature_spec
+from bert_tf.training import packed_records
 from bert_tf.training.preflight import REGENERATE, check_pretraining_files
 from bert_tf.training.record_checks import check_ranges
 from bert_tf.training.record_checks import explain_data_error  # noqa: F401 (re-exported)
@@ -262,8 +267,16 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
         raise BertError("--dynamic_masking: needs vocab_size and mask_id")
     files = list_files(file_pattern, flag)
     if preflight:
-        check_pretraining_files(files, max_seq_length, max_predictions_per_seq, vocab_size,
-                                type_vocab_size, flag=flag)
+        info = check_pretraining_files(files, max_seq_length, max_predictions_per_seq,
+                                       vocab_size, type_vocab_size, flag=flag)
+        packed = info["shape"] if info["packed"] else None
+    else:
+        fmt = packed_records.record_format(files)
+        packed = fmt and fmt["packed"] and (
+            fmt["seq_length"], fmt["predictions"], fmt["sequences_per_pack"])
+    if packed and dynamic_masking:
+        raise BertError("--dynamic_masking: not supported on packed records (they are masked "
+                        "when packed); pack records made without it, or train on unpacked ones")
     repeat = is_training if repeat is None else repeat
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
@@ -293,11 +306,16 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     ds = ds.enumerate()  # record index in this pipeline's stream: keys the dynamic mask
     if skip_batches:
         ds = ds.skip(int(skip_batches) * batch_size)
-    spec = feature_spec(max_seq_length, max_predictions_per_seq)
+    if packed:  # S, P and N from the records (P, N are the packer's, not flags)
+        spec = packed_records.feature_spec(max_seq_length, packed[1], packed[2])
+        to_inputs = packed_records.to_model_inputs
+    else:
+        spec = feature_spec(max_seq_length, max_predictions_per_seq)
+        to_inputs = _to_model_inputs
 
     def parse(index, item):
         path, file_index, record = item
-        return _to_model_inputs(tf.io.parse_single_example(record, spec)), path, file_index, index
+        return to_inputs(tf.io.parse_single_example(record, spec)), path, file_index, index
 
     checks = (max_seq_length, vocab_size, type_vocab_size, flag)
     masker = BatchMasker(

@@ -23,6 +23,7 @@ from tensorflow.core.example import example_pb2
 
 from bert_tf import BertError
 from bert_tf.fileio import describe_files
+from bert_tf.training import packed_records
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,9 @@ def describe_record(example, max_seq_length, max_predictions_per_seq, vocab_size
     """
     fmap = example.features.feature
     keys = set(fmap)
+    if packed_records.is_packed(keys):  # bert-pack-pretraining-data's records
+        return packed_records.describe_record(example, max_seq_length, vocab_size,
+                                              type_vocab_size)
     missing = [k for k in PRETRAINING_FEATURES if k not in keys]
     if missing:
         if keys & FINETUNING_KEYS:
@@ -249,7 +253,7 @@ def ends_with_whole_record(path, size, window=4096, max_window=1 << 20):
 
 
 def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
-               type_vocab_size=None, records_per_file=4, flag="--input_file"):
+               type_vocab_size=None, records_per_file=4, flag="--input_file", info=None):
     """Check the first `records_per_file` records of one file, and that it ends with a whole one.
 
     Args:
@@ -260,9 +264,12 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
         type_vocab_size: as `describe_record`.
         records_per_file: leading records parsed and checked.
         flag: the flag the file came from, named in the problem line.
+        info: a dict that gets the records' kind (`packed`), `shape` (S, P, N) and token
+            counts (`tokens`, `real_tokens`, `sequences`).
     Returns:
         (problem line or None, number of records read).
     """
+    info = {} if info is None else info
     offset, index, it, longest = 0, 0, None, 0
     try:
         it = _records(path)
@@ -282,8 +289,9 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
                 return (f"{flag} {path}: record {index}: not a tf.train.Example (another "
                         f"kind of TFRecord): pass the files written by "
                         f"create_pretraining_data.py"), index
-            what = describe_record(example, max_seq_length, max_predictions_per_seq,
-                                   vocab_size, type_vocab_size, flag)
+            what = (describe_record(example, max_seq_length, max_predictions_per_seq,
+                                    vocab_size, type_vocab_size, flag)
+                    or packed_records.tally(example, info))
             if what:
                 return f"{flag} {path}: record {index}: {what}", index + 1
             offset += len(raw) + 16
@@ -320,7 +328,9 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
       max_files: above this many files, an evenly spaced sample of this many is checked.
 
     Returns:
-      dict with `files` (checked), `records` (checked), `empty_files` and `seconds`.
+      dict with `files` (checked), `records` (checked), `empty_files`, `seconds`, `packed`
+      (the kind found), `shape` ((S, P, N) of the records; N = 0 for ordinary ones) and
+      `padding` (the share of padding tokens in the checked records); logged in one line.
 
     Raises:
       BertError: the first problem, one line (all are logged when there are several).
@@ -329,12 +339,23 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
     chosen = sample_files(list(files), max_files)
     args = (max_seq_length, max_predictions_per_seq, vocab_size, type_vocab_size,
             records_per_file, flag)
+    infos = [{} for _ in chosen]
     if any("://" in p for p in chosen):  # remote file systems: overlap the round trips
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            results = list(pool.map(lambda p: check_file(p, *args), chosen))
+            results = list(pool.map(lambda p, i: check_file(p, *args, info=i), chosen, infos))
     else:
-        results = [check_file(p, *args) for p in chosen]
+        results = [check_file(p, *args, info=i) for p, i in zip(chosen, infos)]
     problems = [line for line, _ in results if line]
+    kinds = [(p, i) for p, i in zip(chosen, infos) if "packed" in i]
+    if not problems and kinds:
+        for path, i in kinds[1:]:
+            first_path, first = kinds[0]
+            if (i["packed"], i["shape"][1:]) != (first["packed"], first["shape"][1:]):
+                what = lambda x: (f"packed records of (S, P, N) {x['shape']}" if x["packed"]
+                                  else "ordinary records")
+                problems.append(f"{flag} {path}: holds {what(i)}, {first_path} {what(first)}: "
+                                f"pass files of one kind and shape")
+                break
     if len(problems) > 1:  # the first is raised; the others would be lost
         for line in problems:
             log.error("%s", line)
@@ -349,6 +370,16 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
         some = "all" if len(chosen) == len(files) else f"all {len(chosen)} checked of"
         raise BertError(f"{flag}: {some} {len(files)} file(s) are empty (no records): "
                         f"{describe_files(chosen)}: {REGENERATE}")
+    first = kinds[0][1]
+    tokens = sum(i["tokens"] for _, i in kinds)
+    padding = 1.0 - sum(i["real_tokens"] for _, i in kinds) / max(tokens, 1)
+    sequences = sum(i["sequences"] for _, i in kinds)
+    kind = (f"packed records (up to {first['shape'][2]} sequences per pack, "
+            f"{sequences / records:.2f} on average; {first['shape'][1]} predictions)"
+            if first["packed"] else "ordinary (unpacked) records")
+    log.info("pre-flight: %s: %d record(s) of %d file(s) checked; padding %.1f%% of their tokens",
+             kind, records, len(chosen), 100 * padding)
     return {"files": len(chosen), "records": records,
             "empty_files": sum(1 for _, n in results if n == 0),
-            "seconds": time.perf_counter() - start}
+            "seconds": time.perf_counter() - start, "packed": first["packed"],
+            "shape": first["shape"], "padding": padding}

@@ -2,9 +2,11 @@
 
 Loss = masked-LM weighted mean over the real predictions, sum(w * ce) / (sum(w) + 1e-5), plus the
 NSP mean, both over the *global* batch: `normalizers()` gives the weight sum and the example
-count, which the trainer sums over replicas before `loss()` divides by them. Strategy,
-accumulation, mixed precision, XLA: bert_tf.training.trainer; checkpoints and resume:
-bert_tf.training.checkpointing.
+count, which the trainer sums over replicas before `loss()` divides by them. Packed records
+(several sequences a row, bert_tf.training.packed_records) count their real sequences
+(next_sentence_weights) as examples, so both kinds give the same losses for the same
+sequences. Strategy, accumulation, mixed precision, XLA: bert_tf.training.trainer; checkpoints
+and resume: bert_tf.training.checkpointing.
 """
 import tensorflow as tf
 
@@ -12,6 +14,7 @@ from bert_tf import BertError
 from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.models import BertPretrainer, build_model
+from bert_tf.training import packed_records
 from bert_tf.training.input_pipeline import list_files, pretraining_dataset
 from bert_tf.training.losses import sparse_softmax_cross_entropy
 from bert_tf.training.options import PretrainingOptions  # noqa: F401  (API)
@@ -45,15 +48,21 @@ def pretraining_losses(outputs, batch, mlm_weight_total, global_batch_size):
     nsp_logits = tf.cast(outputs["nsp_logits"], tf.float32)
     nsp_labels = batch["next_sentence_labels"]
     nsp_ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=nsp_labels, logits=nsp_logits)
-    nsp_sum = tf.reduce_sum(nsp_ce)
-    loss = mlm_sum / (tf.cast(mlm_weight_total, tf.float32) + 1e-5) \
-        + nsp_sum / tf.cast(global_batch_size, tf.float32)
     nsp_hit = tf.cast(tf.equal(tf.argmax(nsp_logits, -1, output_type=tf.int32), nsp_labels),
                       tf.float32)
+    if "next_sentence_weights" in batch:  # packed [B, N]: only the real sequences count
+        nsp_weights = tf.cast(batch["next_sentence_weights"], tf.float32)
+        nsp_ce, nsp_hit = nsp_weights * nsp_ce, nsp_weights * nsp_hit
+        examples = tf.reduce_sum(nsp_weights)
+    else:
+        examples = tf.cast(tf.shape(nsp_labels)[0], tf.float32)
+    nsp_sum = tf.reduce_sum(nsp_ce)
+    # global_batch_size: the global batch's real sequences (packed: sum of nsp weights).
+    loss = mlm_sum / (tf.cast(mlm_weight_total, tf.float32) + 1e-5) \
+        + nsp_sum / tf.cast(global_batch_size, tf.float32)
     stats = {"loss": loss, "mlm_loss_sum": mlm_sum, "mlm_weight": tf.reduce_sum(weights),
              "mlm_correct": tf.reduce_sum(weights * mlm_hit), "nsp_loss_sum": nsp_sum,
-             "nsp_correct": tf.reduce_sum(nsp_hit),
-             "examples": tf.cast(tf.shape(nsp_labels)[0], tf.float32)}
+             "nsp_correct": tf.reduce_sum(nsp_hit), "examples": examples}
     return loss, stats
 
 
@@ -83,10 +92,15 @@ class PretrainingTask(Task):
     checkpoint_name = "model.ckpt"
     stat_keys = STAT_KEYS
     eval_keys = EVAL_KEYS[1:]
-    model_inputs = MODEL_INPUTS
 
     def __init__(self, bert_config, options):
         self.config, self.options = bert_config, options
+        self.packed = False  # set by dataset_fn from the records' features
+
+    @property
+    def model_inputs(self):
+        """The batch keys the model takes: MODEL_INPUTS, plus positions for packed records."""
+        return MODEL_INPUTS + (packed_records.MODEL_INPUTS if self.packed else ())
 
     def build_model(self):
         """The BertPretrainer (encoder named `encoder`), built."""
@@ -114,9 +128,15 @@ class PretrainingTask(Task):
                             f"(vocab_size {self.config.vocab_size})")
 
     def normalizers(self, batch):
-        """The batch's masked-LM weight sum and example count (summed over replicas)."""
+        """The batch's masked-LM weight sum and count of real sequences (summed over
+        replicas): packed rows count the sequences they hold, so packed and unpacked runs over
+        the same sequences have the same loss."""
+        if "next_sentence_weights" in batch:
+            examples = tf.reduce_sum(tf.cast(batch["next_sentence_weights"], tf.float32))
+        else:
+            examples = tf.cast(tf.shape(batch["next_sentence_labels"])[0], tf.float32)
         return {"mlm_weight": tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)),
-                "examples": tf.cast(tf.shape(batch["next_sentence_labels"])[0], tf.float32)}
+                "examples": examples}
 
     def loss(self, batch, outputs, normalizers):
         """`pretraining_losses` with the global batch's normalizers.
@@ -138,11 +158,23 @@ class PretrainingTask(Task):
         """
         return summarize(totals, steps)
 
+    def rates(self, totals, seconds):
+        """`sequences_per_second`: real sequences trained per second (a packed row holds
+        several), the one throughput that means the same packed or not.
+
+        Args:
+            totals: the loop's STAT_KEYS sums.
+            seconds: the loop's wall-clock time.
+        """
+        return {"sequences_per_second": totals["examples"] / max(seconds, 1e-9)}
+
     def log_text(self, m):
-        """Loss, masked-LM and NSP loss/accuracy for the training log line."""
+        """Loss, masked-LM and NSP loss/accuracy (and sequences/s) for the training log line."""
+        rate = (f" sequences/s={m['sequences_per_second']:.1f}"
+                if "sequences_per_second" in m else "")
         return (f"loss={m['loss']:.4f} mlm_loss={m['masked_lm_loss']:.4f} "
                 f"mlm_acc={m['masked_lm_accuracy']:.4f} nsp_loss={m['next_sentence_loss']:.4f} "
-                f"nsp_acc={m['next_sentence_accuracy']:.4f}")
+                f"nsp_acc={m['next_sentence_accuracy']:.4f}{rate}")
 
     def dataset_fn(self, input_file, training):
         """The trainer's dataset_fn over input_file (see Trainer.distribute).
@@ -152,6 +184,8 @@ class PretrainingTask(Task):
             training: shuffle, repeat and (with dynamic_masking) mask on the fly.
         """
         o = self.options
+        fmt = packed_records.record_format(list_files(input_file))
+        self.packed = bool(fmt and fmt["packed"])  # the model then takes positions too
 
         def fn(ctx, batch_size, seed, skip_batches):
             return pretraining_dataset(
@@ -207,7 +241,8 @@ def run_pretraining(options, strategy=None):
         raise BertError("--do_train/--do_eval/--export_dir: at least one must be set")
     if (o.do_train or o.do_eval) and not o.input_file:
         raise BertError("--input_file: required")
-    config = BertConfig.from_json_file(o.bert_config_file)
+    from bert_tf.convert.formats import read_config
+    config = read_config(o.bert_config_file)  # any dialect the format table reads
     if o.do_train or o.export_dir:
         from bert_tf.training import pretraining_export
         pretraining_export.check_vocab(o, config)

@@ -53,6 +53,12 @@ def check_ranges(features, paths, indices, max_seq_length, vocab_size=None, type
     checks.append(_in_range(features["masked_lm_positions"], 0, max_seq_length, lambda bad: [
         "masked_lm_positions has ", bad,
         f" outside [0, --max_seq_length={max_seq_length}): {REGENERATE}"]))
+    for name, key in (("positions", "input_positions"),
+                      ("next_sentence_positions", "next_sentence_positions")):
+        if key in features:  # packed records
+            checks.append(_in_range(features[key], 0, max_seq_length, lambda bad, name=name: [
+                f"{name} has ", bad, f" outside [0, --max_seq_length={max_seq_length}): "
+                "re-pack the data with bert-pack-pretraining-data"]))
     checks.append(_in_range(features["next_sentence_labels"], 0, 2, lambda bad: [
         "next_sentence_labels is ", bad, f", must be 0 or 1: {REGENERATE}"]))
     row_ok = tf.reduce_all(tf.stack([c for c, _ in checks], axis=1), axis=1)

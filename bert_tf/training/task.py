@@ -56,6 +56,16 @@ class Task:
         """
         return {"loss": totals["loss"] / max(steps, 1)}
 
+    def rates(self, totals, seconds):
+        """Extra throughputs of a training loop ({name: per second}) for its log line and
+        summaries.
+
+        Args:
+            totals: the loop's stat sums.
+            seconds: its wall-clock time.
+        """
+        return {}
+
     def log_text(self, metrics):
         """The metrics part of the training log line."""
         return f"loss={metrics['loss']:.4f}"

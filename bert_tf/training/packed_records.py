@@ -1,0 +1,182 @@
+"""Packed pre-training records (bert-pack-pretraining-data; Habana's TF feature names).
+
+Several sequences share one row of S tokens:
+
+  input_ids, segment_ids                        int64 [S]
+  input_mask                                    int64 [S]  1, 2, 3... = which sequence; 0 = padding
+  positions                                     int64 [S]  restart at 0 for each sequence
+  masked_lm_positions, masked_lm_ids            int64 [P]
+  masked_lm_weights                             float [P]
+  next_sentence_positions                       int64 [N]  each sequence's [CLS]
+  next_sentence_labels                          int64 [N]
+  next_sentence_weights                         float [N]  1 for each real sequence
+
+S is --max_seq_length; P and N are read from the records (N = --max_sequences_per_pack of the
+packer, P >= max_predictions_per_seq + N - 1). The reader detects packed records by their
+features (`is_packed`), so bert-run-pretraining takes either kind with the same flags. The
+schema itself is the packer's (bert_tf.pretraining_data.packing).
+"""
+import math
+
+from bert_tf.pretraining_data.packing import PACKED_FEATURE_NAMES as FEATURES
+from bert_tf.pretraining_data.packing import PACKED_FLOAT_FEATURES as FLOAT_FEATURES
+from bert_tf.pretraining_data.packing import is_packed  # noqa: F401  (API)
+from bert_tf.pretraining_data.packing import packed_feature_spec as feature_spec  # noqa: F401
+
+SEQ_FEATURES = ("input_ids", "input_mask", "segment_ids", "positions")
+PRED_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+NSP_FEATURES = ("next_sentence_positions", "next_sentence_labels", "next_sentence_weights")
+# Model-side names of the packed-only inputs the BertPretrainer reads.
+MODEL_INPUTS = ("input_positions", "next_sentence_positions")
+REPACK = "re-pack the data with bert-pack-pretraining-data"
+
+
+def shapes(example):
+    """(S, P, N) of a packed tf.train.Example, from its feature lengths.
+
+    Args:
+        example: a tf.train.Example (protobuf) with the packed features.
+    """
+    fmap = example.features.feature
+    length = lambda name: len(_values(fmap[name])[1]) if name in fmap else 0
+    return length("input_ids"), length("masked_lm_positions"), length("next_sentence_positions")
+
+
+def to_model_inputs(parsed):
+    """Parsed packed features (int64) -> the BertPretrainer's input and label names, int32."""
+    import tensorflow as tf
+    i32 = lambda t: tf.cast(t, tf.int32)
+    return {
+        "input_word_ids": i32(parsed["input_ids"]),
+        "input_mask": i32(parsed["input_mask"]),
+        "input_type_ids": i32(parsed["segment_ids"]),
+        "input_positions": i32(parsed["positions"]),
+        "masked_lm_positions": i32(parsed["masked_lm_positions"]),
+        "masked_lm_ids": i32(parsed["masked_lm_ids"]),
+        "masked_lm_weights": tf.cast(parsed["masked_lm_weights"], tf.float32),
+        "next_sentence_positions": i32(parsed["next_sentence_positions"]),
+        "next_sentence_labels": i32(parsed["next_sentence_labels"]),
+        "next_sentence_weights": tf.cast(parsed["next_sentence_weights"], tf.float32),
+    }
+
+
+def _values(feature):
+    kind = feature.WhichOneof("kind")
+    return kind, (getattr(feature, kind).value[:] if kind else [])
+
+
+def describe_record(example, max_seq_length, vocab_size=None, type_vocab_size=None,
+                    shape=None):
+    """The first problem of one packed tf.train.Example as a phrase + fix, or None.
+
+    Args:
+        example: a tf.train.Example (protobuf).
+        max_seq_length: S, the --max_seq_length flag.
+        vocab_size: ids must be below it; None skips the check.
+        type_vocab_size: segment ids must be below it; None skips the check.
+        shape: (S, P, N) every record must have (the first record's); None: this record's.
+    """
+    fmap = example.features.feature
+    missing = [k for k in FEATURES if k not in fmap]
+    if missing:
+        return f"packed records lack {', '.join(missing)}: {REPACK}"
+    vals = {}
+    for name in FEATURES:
+        kind, v = _values(fmap[name])
+        want = "float_list" if name in FLOAT_FEATURES else "int64_list"
+        if kind != want and len(v):
+            return f"{name} is a {kind}, expected {want}: {REPACK}"
+        vals[name] = v
+    s, p, n = shape or shapes(example)
+    if len(vals["input_ids"]) != max_seq_length:
+        return (f"packed records have input_ids of length {len(vals['input_ids'])}, not "
+                f"--max_seq_length={max_seq_length}: pass --max_seq_length="
+                f"{len(vals['input_ids'])}")
+    for names, want in ((SEQ_FEATURES, s), (PRED_FEATURES, p), (NSP_FEATURES, n)):
+        for name in names:
+            if len(vals[name]) != want:
+                return (f"{name} has length {len(vals[name])}, other records or features "
+                        f"have {want}: {REPACK}")
+    if n < 1 or p < 1:
+        return f"packed records have {p} predictions and {n} sequences per pack: {REPACK}"
+    for name in ("input_ids", "masked_lm_ids"):
+        lo, hi = min(vals[name]), max(vals[name])
+        if lo < 0 or (vocab_size is not None and hi >= vocab_size):
+            return (f"{name} has id {lo if lo < 0 else hi}, outside [0, vocab_size {vocab_size})"
+                    f" of --bert_config_file: use the bert_config.json of the data's vocab.txt")
+    lo, hi = min(vals["segment_ids"]), max(vals["segment_ids"])
+    if lo < 0 or (type_vocab_size is not None and hi >= type_vocab_size):
+        return (f"segment_ids has {lo if lo < 0 else hi}, outside [0, type_vocab_size "
+                f"{type_vocab_size}) of --bert_config_file")
+    bounds = (("input_mask", 0, n + 1), ("positions", 0, s), ("masked_lm_positions", 0, s),
+              ("next_sentence_positions", 0, s), ("next_sentence_labels", 0, 2))
+    for name, low, high in bounds:
+        lo, hi = min(vals[name]), max(vals[name])
+        if lo < low or hi >= high:
+            return f"{name} has {lo if lo < low else hi}, outside [{low}, {high}): {REPACK}"
+    for name in ("masked_lm_weights", "next_sentence_weights"):
+        if not all(math.isfinite(w) and w >= 0 for w in vals[name]):
+            return f"{name} has a negative or non-finite weight: {REPACK}"
+    return None
+
+
+def token_counts(example, packed):
+    """(tokens, real tokens, sequences) of one record, packed or not (for the padding share).
+
+    Args:
+        example: a tf.train.Example (protobuf).
+        packed: whether it is a packed record.
+    """
+    fmap = example.features.feature
+    mask = _values(fmap["input_mask"])[1]
+    real = sum(1 for m in mask if m > 0)
+    if not packed:
+        return len(mask), real, 1
+    return len(mask), real, sum(1 for w in _values(fmap["next_sentence_weights"])[1] if w > 0)
+
+
+def tally(example, info):
+    """Adds a checked record's kind, shapes and token counts to `info` (pre-flight); a problem
+    phrase when its kind or shapes differ from the file's first record.
+
+    Args:
+        example: a tf.train.Example (protobuf) that passed its checks.
+        info: the file's dict: `packed`, `shape` (S, P, N), `tokens`, `real_tokens`, `sequences`.
+    """
+    packed = is_packed(example.features.feature)
+    shape = shapes(example)
+    if "packed" not in info:
+        info.update(packed=packed, shape=shape, tokens=0, real_tokens=0, sequences=0)
+    elif info["packed"] != packed:
+        return "mixes packed and ordinary records: pass one kind"
+    elif packed and info["shape"] != shape:
+        return (f"packed record of shape (S, P, N) {shape}, the first one's is "
+                f"{info['shape']}: {REPACK}")
+    for key, n in zip(("tokens", "real_tokens", "sequences"), token_counts(example, packed)):
+        info[key] += n
+    return None
+
+
+def record_format(files):
+    """The kind and shapes of the first record of `files` (the first file that has one).
+
+    Args:
+        files: TFRecord paths.
+
+    Returns:
+        {"packed": bool, "seq_length": S, "predictions": P, "sequences_per_pack": N} (N = 1
+        and P the record's for ordinary records), or None when no file has a readable record.
+    """
+    import tensorflow as tf
+    from tensorflow.core.example import example_pb2
+    for path in files:
+        try:
+            for raw in tf.data.TFRecordDataset(path).take(1):
+                example = example_pb2.Example.FromString(raw.numpy())
+                keys = set(example.features.feature)
+                s, p, n = shapes(example)
+                return {"packed": is_packed(keys), "seq_length": s, "predictions": p,
+                        "sequences_per_pack": n if is_packed(keys) else 1}
+        except Exception:  # noqa: BLE001 - bad files get their one-line error from pre-flight
+            continue
+    return None
