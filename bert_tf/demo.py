@@ -100,7 +100,8 @@ def _define_flags():
                          "smaller steps learn faster than fewer, larger ones).")
     flags.DEFINE_float("learning_rate", 1e-3, "Peak learning rate (tiny model, tiny corpus; 2e-3 "
                        "learns more slowly).")
-    flags.DEFINE_integer("iterations_per_loop", 250, "Steps per loop (one console line each).")
+    flags.DEFINE_integer("iterations_per_loop", 250, "Steps per loop, one console line each "
+                         "(at most a tenth of --train_steps off TPU).")
     flags.DEFINE_integer("seed", 12345, "Seed of data generation and training.")
 
 

@@ -50,7 +50,7 @@ def _as_shown(value):
 
 
 def test_every_console_command_is_probed():
-    assert len(commands.COMMANDS) == 9 and "bert-demo" in commands.COMMANDS
+    assert len(commands.COMMANDS) == 10 and "bert-demo" in commands.COMMANDS
 
 
 @pytest.mark.parametrize("name", sorted(commands.COMMANDS))
@@ -78,6 +78,14 @@ def test_help_states_the_real_defaults(name):
         else:
             assert d and d.group(1) == _as_shown(value), (name, m.group(1), block, value)
     assert listed >= 3, (name, text[:2000])  # the command's own flags are in its --help
+    # Help that is still true: --init_checkpoint takes every format, not "TF1 or ours".
+    init = [b for b in blocks if re.match(r"\s+--init_checkpoint:", b)]
+    assert not [b for b in init if "one of ours" in b], init
+    if name in ("bert-run-pretraining", "bert-run-classifier", "bert-extract-features"):
+        assert init and "Hugging Face" in " ".join(init[0].split()), (name, init)
+    # Flags a command does not use are not in its help (extract_features reads text).
+    if name == "bert-extract-features":
+        assert "--skip_corrupt_records" not in text and "--[no]skip_corrupt_records" not in text
 
 
 def test_demo_usage_line_names_its_defaults():

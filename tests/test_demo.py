@@ -89,8 +89,9 @@ def test_demo_end_to_end(tmp_path, capsys):
     # take ~1000 steps, the slow test): the loss falls loop after loop from near ln(V) + ln 2,
     # and the masked-LM accuracy of the last loop and of the eval beats the first loop's.
     losses = result["losses"]
-    assert len(losses) == 3, printed
-    assert losses[0] > losses[1] > losses[2] and losses[2] < losses[0] - 0.3, losses
+    assert len(losses) == 10, printed  # off TPU a loop is at most a tenth of the run
+    thirds = [sum(losses[i:i + 3]) / 3 for i in (0, 3, 7)]  # steps 1-45, 46-90, 106-150
+    assert thirds[0] > thirds[1] > thirds[2] and thirds[2] < thirds[0] - 0.3, losses
     first_acc, last_acc = result["progress"][0][2], result["progress"][-1][2]
     eval_acc = float(re.search(r"eval +150 +[0-9.]+ +([0-9.]+)", printed)[1])
     assert min(last_acc, eval_acc) > first_acc, (first_acc, last_acc, eval_acc)
@@ -119,8 +120,8 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert len(result["check"]["hits"]) == 5 and len(result["check"]["same"]) == 3
 
     # The closing summary: first and last loop, the exports with sizes, what to run next.
-    assert [p[0] for p in result["progress"]] == [50, 100, 150]
-    assert re.search(r"first loop +50 +[0-9.]+ +[0-9.]+\nlast loop +150 ", printed)
+    assert [p[0] for p in result["progress"]] == list(range(15, 151, 15))
+    assert re.search(r"first loop +15 +[0-9.]+ +[0-9.]+\nlast loop +150 ", printed)
     assert re.search(r"bert_demo_encoder/1 +[0-9.]+ MB", printed)
     assert "bert-run-classifier --task_name=mrpc" in printed
     step5 = printed.split("==> 5/6")[1].split("==> 6/6")[0]

@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -70,6 +71,7 @@ def test_sigterm_ends_a_long_loop_after_the_step_in_flight(tmp_path, caplog):
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=send, daemon=True).start()
+    before = {s: signal.getsignal(s) for s in preemption.SIGNALS}  # SIG_IGN under `nohup ... &`
     with pytest.raises(preemption.Preempted) as info:
         trainer.train(slow)
     latency = time.monotonic() - sent[0]
@@ -81,10 +83,49 @@ def test_sigterm_ends_a_long_loop_after_the_step_in_flight(tmp_path, caplog):
     assert latency < 1.5, latency  # the step in flight (50 ms) and the save
     assert (f"preempted at step {step}: checkpoint saved, re-run the same command to resume"
             in caplog.text)
-    # The handlers are the defaults again once train() is over.
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    assert signal.getsignal(signal.SIGINT) == signal.default_int_handler
+    # The handlers from before train() are back once it is over.
+    assert {s: signal.getsignal(s) for s in preemption.SIGNALS} == before
     print(f"signal -> Preempted: {latency:.3f} s (step {step})")
+
+
+_IGNORED_SIGINT = textwrap.dedent("""
+    import os, signal, sys, time
+    from bert_tf.pretraining_data import guard
+    from bert_tf.training import preemption
+    send = sys.argv[1] == "send"
+    flag, seen = preemption.StopFlag(), {}
+    with preemption.watch(flag):
+        seen["watch"] = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        seen["sigterm"] = callable(signal.getsignal(signal.SIGTERM))
+        if send:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
+        seen["stopped"] = flag.signals
+    seen["after"] = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    with guard.stop_on_signals():
+        seen["guard"] = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        if send:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+    print(seen)
+""")
+
+
+def test_an_ignored_sigint_stays_ignored():
+    """A process started with SIGINT ignored (a background job: `nohup make test &`) keeps
+    ignoring it while training and making data, as Python does; SIGTERM is still caught."""
+    def run(*args, **kwargs):
+        proc = subprocess.run([sys.executable, "-c", _IGNORED_SIGINT, *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, PYTHONPATH=REPO), **kwargs)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return eval(proc.stdout.strip().splitlines()[-1])
+
+    ignore = dict(preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert run("send", **ignore) == dict(watch=True, sigterm=True, stopped=0, after=True,
+                                         guard=True)
+    # Not ignored at start: both install their handler for it.
+    assert run("look") == dict(watch=False, sigterm=True, stopped=0, after=False, guard=False)
 
 
 # ---- run_pretraining.py, one process ------------------------------------------------------

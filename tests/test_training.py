@@ -76,9 +76,14 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, records):
                                       iterations_per_loop=10, save_checkpoints_steps=25,
                                       max_eval_steps=4))
     losses = _losses(result["train"])
-    assert [m["step"] for m in result["train"]] == [10, 20, 25, 35, 45, 50]
-    assert losses[-1] < losses[0] - 0.4 and max(losses[-2:]) < min(losses[:2]), losses
-    assert result["train"][-1]["masked_lm_accuracy"] > 3 * result["train"][0]["masked_lm_accuracy"]
+    # Off TPU a loop is at most a tenth of the run: 10 progress lines, not 5.
+    loops = list(range(5, 51, 5))
+    assert [m["step"] for m in result["train"]] == loops
+    # The first and last 10 steps (two loops each).
+    assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2 - 0.4, losses
+    assert max(losses[-2:]) < min(losses[:2]), losses
+    acc = [m["masked_lm_accuracy"] for m in result["train"]]
+    assert sum(acc[-2:]) > 3 * sum(acc[:2]), acc
     assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-50")
     assert tf.io.gfile.exists(str(out / "model.ckpt-25.index"))
     assert tf.io.gfile.exists(os.path.join(result["export_dir"], "saved_model.pb"))
@@ -96,8 +101,9 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, records):
         for v in event.summary.value:
             tags.setdefault(v.tag, []).append(event.step)
     assert sorted(tags) == ["examples_per_second", "learning_rate", "loss", "masked_lm_accuracy",
-                            "masked_lm_loss", "next_sentence_accuracy", "next_sentence_loss"]
-    assert tags["loss"] == [10, 20, 25, 35, 45, 50]
+                            "masked_lm_loss", "next_sentence_accuracy", "next_sentence_loss",
+                            "sequences_per_second"]
+    assert tags["loss"] == loops
     # --init_checkpoint from that output_dir, and the exported encoder, hold the trained weights.
     init = make_trainer(tiny_bert_config(dropout=0.1),
                         _options(output_dir=str(tmp_path / "init"), init_checkpoint=str(out)))

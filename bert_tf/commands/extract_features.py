@@ -17,7 +17,9 @@ from bert_tf.training.options import TRAINING_FLAGS
 
 def define_flags():
     """Every flag is a field of FeatureConfig, the training ones left out."""
-    script_flags.define_flags(features.FeatureConfig, exclude=TRAINING_FLAGS)
+    # Text input: no records to skip.
+    script_flags.define_flags(features.FeatureConfig,
+                              exclude=TRAINING_FLAGS + ("skip_corrupt_records",))
     flags.adopt_module_key_flags(script_flags)  # listed in --help too
     show_in_help(__name__)
 

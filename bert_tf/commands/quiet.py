@@ -3,7 +3,8 @@
 By default a command shows what a user can act on: its own lines, warnings and errors. Dropped:
 - TensorFlow's Python INFO lines (SavedModel writing: multi-kilobyte `input name(s) ... renamed
   to unknown` lines, "Assets written to", fingerprints, saver timings);
-- the absl prefix (date, thread id, file:line) of our INFO lines, e.g. training progress;
+- the absl prefix (date, thread id, file:line) of INFO lines, e.g. training progress, and of
+  warnings, which read `warning: <what it means and what to do>` instead;
 - C++ lines written to stderr before Python can filter them (`NOISE`): the CUDA `cuInit`
   failure on a machine with no NVIDIA driver, oneDNN's DT_INT64 note, absl's pre-init warning
   and XLA's "Compiled cluster" line. A forked child process copies stderr through and drops only
@@ -13,6 +14,7 @@ no GPU is hidden. `--verbosity=N` (or `-v N`), `--showprefixforinfo`, or TF_CPP_
 set to 0 or 1 by the user turns all of this off (with --verbosity TF's C++ INFO lines too).
 """
 import atexit
+import logging
 import os
 import re
 import select
@@ -73,15 +75,28 @@ def setup(argv=None):
                 a.split("=")[0] in _VERBOSE_FLAGS[:3] for a in argv[1:]):
             os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"
         return
-    import logging
-
     from absl import flags
     from absl import logging as absl_logging  # noqa: F401  (defines --showprefixforinfo)
     flags.FLAGS.set_default("showprefixforinfo", False)
+    absl_logging.get_absl_handler().setFormatter(plain_formatter())
     # TF logs through both loggers; absl's level follows --verbosity, so a filter, not a level.
     for name in ("absl", "tensorflow"):
         logging.getLogger(name).addFilter(_drop_tensorflow_info)
     filter_stderr(noise_pattern())
+
+
+def plain_formatter():
+    """absl's log formatter, except that a WARNING reads `warning: <message>` (no date, thread
+    id, file:line), as the commands' own `error: ...` lines do."""
+    from absl import logging as absl_logging
+
+    class PlainWarnings(absl_logging.PythonFormatter):
+        def format(self, record):
+            if record.levelno == logging.WARNING:
+                return "warning: " + logging.Formatter.format(self, record)
+            return super().format(record)
+
+    return PlainWarnings()
 
 
 def _drop_tensorflow_info(record):

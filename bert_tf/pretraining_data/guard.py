@@ -188,7 +188,9 @@ def stop_on_signals():
         state.signum = signum
         _deliver(Interrupted(signum))
 
-    old = {s: signal.signal(s, handler) for s in SIGNALS}
+    # An ignored SIGINT (a background job) stays ignored, as Python itself leaves it.
+    old = {s: signal.signal(s, handler) for s in SIGNALS
+           if not (s == signal.SIGINT and signal.getsignal(s) == signal.SIG_IGN)}
     try:
         yield state
     finally:

@@ -232,7 +232,7 @@ class DocProgress:
         self.bar = None
         if enabled is False or (enabled is None and not sys.stderr.isatty()):
             return
-        from tqdm import tqdm
+        from bert_tf.progress import bar as tqdm
         self.bar = tqdm(total=total, unit="doc", desc="original", file=sys.stderr, mininterval=1.0)
 
     def update(self, docs, instances):

@@ -299,7 +299,7 @@ def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer
     ids = np.zeros((n, max_seq_length), np.int32)
     mask, types = np.zeros_like(ids), np.zeros_like(ids)
     labels = np.zeros((n,), np.float32 if is_regression else np.int32)
-    from tqdm.auto import tqdm
+    from bert_tf.progress import bar as tqdm
     for i, ex in enumerate(tqdm(examples, desc=progress or "features", disable=progress is None,
                                 unit="ex", mininterval=2.0)):
         ids[i], mask[i], types[i], _ = encode_pair(tokenizer, ex.text_a, ex.text_b,

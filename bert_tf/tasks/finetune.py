@@ -39,7 +39,9 @@ class RunConfig(TrainerOptions):
     num_train_epochs: float = flag(3.0, "Total number of training epochs to perform.")
     warmup_proportion: float = flag(0.1, "Proportion of training to perform linear learning "
                                     "rate warmup for. E.g., 0.1 = 10% of training.")
-    iterations_per_loop: int = flag(1000, "How many steps to make in each tf.function call.")
+    iterations_per_loop: int = flag(1000, "How many steps to make in each tf.function call "
+                                    "(one progress line each); off TPU at most a tenth of the "
+                                    "run.")
     keep_checkpoint_max: int = 3
     do_export: bool = flag(True, "After training, export an end-to-end text-in SavedModel.")
 
@@ -263,7 +265,7 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
         desc: progress bar label.
     """
     import tensorflow as tf
-    from tqdm.auto import tqdm
+    from bert_tf.progress import bar as tqdm
     batch_size = int(batch_size)
     if batch_size <= 0:
         raise BertError(f"batch size: must be > 0, got {batch_size}")

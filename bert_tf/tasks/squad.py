@@ -202,7 +202,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
     if max_seq_length - min(max_query_length, max_seq_length) - 3 <= 0:
         raise BertError(f"--max_seq_length {max_seq_length} leaves no room for the context "
                         f"after --max_query_length {max_query_length} and 3 special tokens")
-    from tqdm.auto import tqdm
+    from bert_tf.progress import bar as tqdm
     features, unique_id = [], FIRST_UNIQUE_ID
     for example_index, ex in enumerate(tqdm(examples, desc=progress or "features",
                                             disable=progress is None, unit="ex",

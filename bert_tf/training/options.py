@@ -21,14 +21,15 @@ class TrainerOptions:
 
     Args:
         output_dir: checkpoints, summaries, eval results and (by default) exports go here.
-        init_checkpoint: weights to start from (original TF1 or ours) when output_dir has no
-            checkpoint of its own.
+        init_checkpoint: weights to start from (any format bert_tf reads) when output_dir has
+            no checkpoint of its own.
         train_batch_size: global batch (all replicas together).
         eval_batch_size: global eval batch.
         learning_rate: peak learning rate of the warm-up + linear-decay schedule.
         num_train_steps: optimizer updates; None lets a fine-tuning task derive it from epochs.
         save_checkpoints_steps: checkpoint every this many steps (and at the end).
-        iterations_per_loop: steps per call of the compiled training loop (log/summary rate).
+        iterations_per_loop: steps per call of the compiled training loop (log/summary rate);
+            off TPU at most a tenth of the run (bert_tf.training.reporting).
         keep_checkpoint_max: checkpoints kept in output_dir.
         optimizer: adamw_original | adamw | lamb.
         weight_decay_rate: decoupled weight decay (not on LayerNorm/bias).
@@ -43,8 +44,10 @@ class TrainerOptions:
     """
     output_dir: str = flag(None, "The output directory where the model checkpoints and "
                            "results will be written.")
-    init_checkpoint: str = flag(None, "Initial checkpoint (usually from a pre-trained BERT "
-                                "model): an original TF1 checkpoint or one of ours.")
+    init_checkpoint: str = flag(None, "Initial weights (usually a pre-trained BERT model), in "
+                                "any format bert_tf reads: an original TF1 release, Hugging "
+                                "Face, keras-hub, Model Garden, TF Hub, a bert_tf export, "
+                                ".keras file or training output directory.")
     train_batch_size: int = flag(32, "Total (global) batch size for training.")
     eval_batch_size: int = flag(8, "Total (global) batch size for eval.")
     learning_rate: float = flag(5e-5, "The initial learning rate.")
@@ -52,7 +55,8 @@ class TrainerOptions:
                                        "default: num_train_epochs over the training set).")
     save_checkpoints_steps: int = flag(1000, "How often to save the model checkpoint.")
     iterations_per_loop: int = flag(1000, "How many steps to run in each call of the "
-                                    "compiled training loop.")
+                                    "compiled training loop (one progress line each); off "
+                                    "TPU at most a tenth of the run.")
     keep_checkpoint_max: int = 5
     optimizer: str = flag("adamw_original", "adamw_original (the original AdamWeightDecay) | "
                           "adamw | lamb.")

@@ -90,6 +90,13 @@ class StopFlag:
             os._exit(128 + signum)
 
 
+def caught_signals():
+    """SIGNALS less an ignored SIGINT: a process started with SIGINT ignored (a background
+    job, `nohup ... &`) keeps ignoring it, as Python itself does."""
+    return [s for s in SIGNALS
+            if not (s == signal.SIGINT and signal.getsignal(s) == signal.SIG_IGN)]
+
+
 def _read_wakeups(read_fd, flag):
     try:
         while True:
@@ -105,7 +112,8 @@ def _read_wakeups(read_fd, flag):
 
 @contextlib.contextmanager
 def watch(flag):
-    """While inside, SIGTERM and SIGINT set `flag` (their previous handlers come back after).
+    """While inside, SIGTERM and SIGINT set `flag` (their previous handlers come back after;
+    an ignored SIGINT stays ignored).
 
     Outside the main thread signals cannot be caught: nothing is watched there.
 
@@ -135,7 +143,7 @@ def watch(flag):
         if write_fd is None:  # the watcher thread handles it otherwise
             flag._on_signal(signum)
 
-    old = {s: signal.signal(s, handler) for s in SIGNALS}
+    old = {s: signal.signal(s, handler) for s in caught_signals()}
     try:
         yield flag
     finally:

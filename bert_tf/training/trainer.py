@@ -4,8 +4,10 @@ A `Task` supplies the model, its loss and metrics, and what to export; the `Trai
 rest, the same way for every task (Model Garden's task/trainer split, kept small):
 
 * One code path for every strategy (TPU, mirrored GPUs/CPUs, multi-worker, one device):
-  `train_loop(iterator, steps)` is a tf.function running `steps` (iterations_per_loop) steps,
-  each `strategy.run(replica_step)` on the next distributed batch (the TPU host-loop pattern).
+  `train_loop(iterator, steps)` is a tf.function running `steps` steps, each
+  `strategy.run(replica_step)` on the next distributed batch (the TPU host-loop pattern): on
+  TPUs `iterations_per_loop` steps, elsewhere at most a tenth of the run, so that the log
+  shows a curve (bert_tf.training.reporting).
 * Global-batch normalisation: the task's normalisers (e.g. the masked-LM weight sum) are summed
   over replicas before the loss divides by them, and the per-replica gradients are summed, so N
   replicas compute exactly the one-device loss and gradient of the same global batch. The sum
@@ -27,7 +29,6 @@ rest, the same way for every task (Model Garden's task/trainer split, kept small
   checkpoint is saved and the process exits with 75 (bert_tf.training.preemption).
 """
 import logging
-import math
 import os
 import posixpath
 import random
@@ -37,7 +38,7 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
-from bert_tf.training import checkpointing, distribute, preemption, summaries
+from bert_tf.training import checkpointing, distribute, preemption, reporting, summaries
 from bert_tf.training.optimization import create_optimizer
 from bert_tf.training.task import INPUT_NAMES, Task  # noqa: F401  (API)
 
@@ -276,7 +277,6 @@ class Trainer:
             dataset_fn: see `distribute()`.
             until_step: stop at this global step instead.
         """
-        from tqdm.auto import tqdm
         o = self.options
         if self.optimizer is None:
             raise BertError("build_optimizer() first")
@@ -286,21 +286,20 @@ class Trainer:
             log.info("checkpoint at step %d >= %d: nothing to train", step, target)
             return []
         iterator = iter(self.distribute(dataset_fn, training=True))  # input errors come first
-        writer = summaries.writer(o.output_dir, self.is_chief)
-        history = []
-        bar = tqdm(total=self.num_train_steps, initial=step, desc="train", unit="step",
-                   disable=not o.progress, dynamic_ncols=True)
+        loop = reporting.loop_steps(o.iterations_per_loop, self.num_train_steps,
+                                    distribute.is_tpu(self.strategy))
+        report, history = reporting.Report(self, step), []
         with preemption.watch(self._stop) as stop:
             try:
                 while step < target:
-                    n = min(o.iterations_per_loop, target - step,
+                    n = min(loop, target - step,
                             o.save_checkpoints_steps - step % o.save_checkpoints_steps)
                     start = time.perf_counter()
                     totals, stopped = self._run_loop(iterator, n)
                     elapsed = time.perf_counter() - start
                     n, step = self.step - step, self.step  # fewer than asked when stopped
                     if n:
-                        history.append(self._loop_metrics(totals, n, elapsed, writer, bar))
+                        history.append(report.loop(totals, n, elapsed))
                     if stopped or step % o.save_checkpoints_steps == 0 or step == target:
                         self.save()
                     if stopped:
@@ -308,28 +307,8 @@ class Trainer:
                 if stop.signals:  # came after the last step, whose checkpoint is saved
                     raise preemption.preempted(step)
             finally:
-                bar.close()
-                writer.flush()
+                report.close()
         return history
-
-    def _loop_metrics(self, totals, n, elapsed, writer, bar):
-        # One loop's metrics: checked, logged, summarised and on the progress bar.
-        m, step = self.task.summarize(totals, n), self.step
-        if not math.isfinite(m["loss"]):
-            raise BertError(f"training diverged at step {step}: loss {m['loss']} "
-                            "(lower --learning_rate?)")
-        m.update(step=step, learning_rate=self.learning_rate(),
-                 examples_per_second=n * self.options.train_batch_size / max(elapsed, 1e-9))
-        if self.loss_scaling:
-            m["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
-        summaries.write_scalars(writer, step, {k: v for k, v in m.items() if k != "step"})
-        left = (self.num_train_steps - step) * elapsed / n
-        log.info("step %d/%d %s lr=%.3g examples/s=%.1f left=%dm%02ds", step,
-                 self.num_train_steps, self.task.log_text(m), m["learning_rate"],
-                 m["examples_per_second"], left // 60, left % 60)
-        bar.update(n)
-        bar.set_postfix(loss=f"{m['loss']:.4f}")
-        return m
 
     def evaluate(self, dataset_fn, max_steps, empty_error="no examples to evaluate"):
         """Mean metrics over up to `max_steps` eval batches; the chief writes
