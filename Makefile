@@ -5,11 +5,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all venv clean peers test-peers wheel test-py313 test-py310
+.PHONY: demo test test-all venv clean peers test-peers wheel test-py313 test-py310 docs
 
 $(STAMP): setup.py constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[test,beam]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,beam,docs]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -45,6 +45,11 @@ test-peers: $(PEERS_STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m bert_tf.demo --output_dir demo_out --export_base export
 
+# The documentation site (the guides + an API reference from the docstrings + each command's
+# flags), built offline with warnings as errors into site/ (tests/test_docs_site.py does the same).
+docs: $(STAMP)
+	$(BIN)/python docs/build_site.py --site_dir site
+
 wheel:
 	rm -f dist/bert_tf-*.whl
 	$(BIN)/pip wheel -q --no-deps . -w dist/
@@ -78,4 +83,4 @@ test-py310:
 	$(MAKE) test-py313 PY313=/root/.pyenv/versions/3.10.13/bin/python VENV313=.venv-py310
 
 clean:
-	rm -rf demo_out build dist *.egg-info $(VENV313) .venv-py310
+	rm -rf demo_out build dist site *.egg-info $(VENV313) .venv-py310

@@ -1,4 +1,5 @@
-"""Every code block of README.md, docs/API.md, export/README.md and tfrecords/README.md runs as
+"""Every code block of README.md and of the shipped guides (bert_tf/resources/docs/*.md, read
+through their checkout symlinks: docs/*.md, export/README.md, tfrecords/README.md) runs as
 written (issue 27), in one prepared working directory (the "world") that holds tiny stand-ins
 for what the blocks name: an original release `uncased_L-12_H-768_A-12/` (= `$BERT`,
 `$BERT_BASE_DIR`) with the tiny config and a TF1 checkpoint, a Hugging Face directory,
@@ -14,6 +15,10 @@ tables cannot go stale. docs/API.md's python blocks are one
 program and run in tests/test_docs.py.
 
 The one rewrite: `/tmp/...` output folders become `tmp/...` inside the world (REWRITES).
+
+The shipped guides are read by pip users without a checkout: none names a checkout path
+(`.venv/`, `tests/`, `tfrecords/*.py`, a `make` target) outside a region marked
+`<!-- checkout-only -->` ... `<!-- /checkout-only -->` (issue 34).
 """
 import json
 import os
@@ -27,7 +32,13 @@ import numpy as np
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-DOCS = ("README.md", "docs/API.md", "export/README.md", "tfrecords/README.md")
+# In reading order (the order the blocks run in: later blocks may use what earlier ones wrote;
+# docs/models.md's continued pre-training reads data/train*, which docs/long_runs.md's data step
+# then adds shards to).
+DOCS = ("README.md", "docs/install.md", "docs/demo.md", "docs/commands.md", "docs/models.md",
+        "export/README.md", "tfrecords/README.md", "docs/long_runs.md", "docs/tpu.md",
+        "docs/compatibility.md", "docs/benchmarks.md", "docs/API.md")
+GUIDES_DIR = os.path.join(ROOT, "bert_tf", "resources", "docs")
 ONE_PROGRAM = {"docs/API.md"}  # its python blocks: tests/test_docs.py, in order, one namespace
 RELEASE = "uncased_L-12_H-768_A-12"
 
@@ -35,14 +46,21 @@ RELEASE = "uncased_L-12_H-768_A-12"
 SKIP = {
     ("README.md", "pip install ."): "pip builds the package (network for build deps); the "
                                     "bert-demo it then runs is tests/test_demo.py",
-    ("README.md", 'pip install "bert_tf[beam]"'): "pip: network, and it would change the test's "
-                                                  "own environment",
+    ("docs/install.md", "pip install ."): "pip builds the package (network for build deps); "
+                                          "the bert-demo it then runs is tests/test_demo.py",
+    ("docs/install.md", 'pip install "bert_tf[beam]"'): "pip: network, and it would change the "
+                                                        "test's own environment",
     ("README.md", "make demo"): "`make test` is what runs this file; `make demo` is "
                                 "tests/test_demo.py",
+    ("docs/install.md", "make demo"): "`make test` is what runs this file; `make demo` is "
+                                      "tests/test_demo.py; `make docs` is tests/test_docs_site.py",
+    ("README.md", "bert-pack-pretraining-data"): "a placeholder (elided flags) until the packer "
+                                                 "of issue 33 lands",
     ("README.md", "docker run"): "docker + a TF Serving server",
-    ("README.md", "python create_pretraining_data.py --input_file='corpus/*.txt' \\"):
+    ("docs/models.md", "docker run"): "docker + a TF Serving server",
+    ("docs/tpu.md", "python create_pretraining_data.py --input_file='corpus/*.txt' \\"):
         "Cloud TPU: gsutil, gs://, --use_tpu",
-    ("README.md", "while true; do"): "a template: gs:// output, elided flags (`...`)",
+    ("docs/long_runs.md", "while true; do"): "a template: gs:// output, elided flags (`...`)",
     ("export/README.md", "docker run"): "docker + a TF Serving server",
     ("export/README.md", "tensorflow_model_server"): "the TF Serving binary",
     ("export/README.md", "curl -s localhost:8501"): "REST to a running TF Serving server "
@@ -55,8 +73,10 @@ SKIP = {
 PEERS = {("export/README.md", "import tensorflow as tf, tensorflow_hub as hub")}
 # Blocks that take long: marked `slow` (`make test-all`).
 SLOW = {
-    ("README.md", "# A vocab, if you have none"),  # the tour: 8 commands, ~2 min
-    ("README.md", "bert-run-pretraining --init_checkpoint=bert-base-uncased-hf/"),  # ~30 s
+    ("docs/commands.md", "# A vocab, if you have none"),  # the tour: 8 commands, ~2 min
+    ("docs/models.md", "bert-run-pretraining --init_checkpoint=bert-base-uncased-hf/"),  # ~30 s
+    ("README.md", "BERT=uncased_L-12_H-768_A-12"),  # fine-tunes and exports: ~30 s
+    ("README.md", "bert-create-pretraining-data --input_file='corpus/*"),  # + 4 exports: ~40 s
 }
 # A block that does this never runs unless SKIP names it (it would reach out of the test, or
 # change the environment the tests run in).
@@ -140,6 +160,51 @@ def test_tables_name_existing_blocks():
     known = set(SHELL) | {"python", "yaml", "text"}  # text: printed output, not a program
     odd = [b for b in ALL_BLOCKS if b.lang not in known]
     assert not odd, f"blocks in a language this test cannot run: {odd}"
+
+
+def test_every_shipped_guide_is_tested():
+    """A new guide in bert_tf/resources/docs/ has its blocks run here too (through its
+    checkout symlink)."""
+    shipped = {os.path.realpath(os.path.join(GUIDES_DIR, f)) for f in os.listdir(GUIDES_DIR)
+               if f.endswith(".md")}
+    listed = {os.path.realpath(os.path.join(ROOT, d)) for d in DOCS}
+    assert shipped <= listed, f"guides whose blocks no test runs: {sorted(shipped - listed)}"
+
+
+# A path or command that exists only in a checkout of the repository.
+CHECKOUT_PATH = re.compile(r"\.venv/|(?<![\w./-])tests/|\btfrecords/\w+\.py\b|`make\b[^`]*`"
+                           r"|^\s*make [\w-]+\s*(?:#.*)?$", re.M)
+CHECKOUT_ONLY = re.compile(r"<!-- checkout-only -->.*?<!-- /checkout-only -->", re.S)
+
+
+def checkout_paths(text):
+    """(line, text) of each checkout path named outside the checkout-only regions."""
+    opened, closed = text.count("<!-- checkout-only -->"), text.count("<!-- /checkout-only -->")
+    assert opened == closed, f"{opened} checkout-only regions opened, {closed} closed"
+    # Blank the regions out, keeping their newlines so line numbers stay right.
+    text = CHECKOUT_ONLY.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    return [(text.count("\n", 0, m.start()) + 1, m.group(0).strip())
+            for m in CHECKOUT_PATH.finditer(text)]
+
+
+def test_checkout_path_finder():
+    text = ("Run `make test`.\n\n    .venv/bin/python tfrecords/make_sample_shards.py\n"
+            "see tests/test_x.py\n```sh\nmake docs   # site\n```\n"
+            "<!-- checkout-only -->\n`make demo` and .venv/bin/python\n<!-- /checkout-only -->\n"
+            "we make the pairs; bert_tf/tests/ is not a checkout path\n")
+    assert checkout_paths(text) == [(1, "`make test`"), (3, ".venv/"),
+                                    (3, "tfrecords/make_sample_shards.py"), (4, "tests/"),
+                                    (6, "make docs   # site")]
+
+
+@pytest.mark.parametrize("guide", sorted(f for f in os.listdir(GUIDES_DIR) if f.endswith(".md")))
+def test_shipped_guide_names_no_checkout_path(guide):
+    """A pip user has the guides (python -m bert_tf.resources) but no checkout: checkout-only
+    commands and paths go in a region marked <!-- checkout-only --> ... <!-- /checkout-only -->."""
+    with open(os.path.join(GUIDES_DIR, guide), encoding="utf-8") as f:
+        found = checkout_paths(f.read())
+    assert not found, "\n".join(f"bert_tf/resources/docs/{guide}:{line}: {what!r} outside a "
+                                 "checkout-only region" for line, what in found)
 
 
 # ---- the world ----------------------------------------------------------------------------
@@ -345,8 +410,32 @@ def check_layout(world):
             assert os.path.exists(os.path.join(base, path)), f"{base}: no {path}"
 
 
+def check_readme_classifier(world):
+    """README's bert-run-classifier: evaluated, and the fine-tuned model exported."""
+    with open(f"{world}/mrpc_out/eval_results.txt") as f:
+        assert "eval_accuracy" in f.read()
+
+
+def check_readme_pipeline(world):
+    """README's text -> records -> pre-training: two shards, and the four exports of a
+    pre-training run given --vocab_file, in the TF Serving layout."""
+    assert sorted(f for f in os.listdir(f"{world}/records") if f.startswith("train-")) == [
+        "train-00000-of-00002", "train-00001-of-00002"]
+    for suffix in ("", "_embeddings", "_preprocessor", "_encoder"):
+        assert os.path.exists(f"{world}/models/my_bert{suffix}/1/saved_model.pb"), suffix
+
+
+def check_readme_convert(world):
+    """README's bert-convert: an original-format release directory."""
+    import tensorflow as tf
+    out = f"{world}/bert-tf1"
+    assert {"bert_config.json", "vocab.txt"} <= set(os.listdir(out))
+    names = {n for n, _ in tf.train.list_variables(f"{out}/bert_model.ckpt")}
+    assert "bert/embeddings/word_embeddings" in names
+
+
 def check_k8s_job(job):
-    """README's Kubernetes Job: exit 75 (preempted) is retried, 1 fails the Job."""
+    """The long-runs guide's Kubernetes Job: exit 75 (preempted) is retried, 1 fails the Job."""
     from bert_tf.training.preemption import PREEMPTED_EXIT_CODE
     spec = job["spec"]
     rules = {r["action"]: r for r in spec["podFailurePolicy"]["rules"] if "onExitCodes" in r}
@@ -362,8 +451,11 @@ def check_k8s_job(job):
 # (doc, text in the first line): a check run after the block (sh: with the world; yaml: with
 # the parsed document; unlabelled layout blocks: instead of running them).
 CHECKS = {
-    ("README.md", "# A vocab, if you have none"): check_tour,
-    ("README.md", "apiVersion: batch/v1"): check_k8s_job,
+    ("docs/commands.md", "# A vocab, if you have none"): check_tour,
+    ("docs/long_runs.md", "apiVersion: batch/v1"): check_k8s_job,
+    ("README.md", "BERT=uncased_L-12_H-768_A-12"): check_readme_classifier,
+    ("README.md", "bert-create-pretraining-data --input_file='corpus/*"): check_readme_pipeline,
+    ("README.md", "bert-convert --from=hf"): check_readme_convert,
     ("export/README.md", "export/bert_fill_mask/1/saved_model.pb"): check_layout,
     ("export/README.md", "python export_savedmodel.py"): check_fill_mask_export,
 }

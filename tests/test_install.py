@@ -20,12 +20,12 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from bert_tf import commands
+from bert_tf import commands, resources
 from bert_tf.tokenization import BasicTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad",
-           "run_ner", "extract_features", "export_savedmodel", "convert")
+           "run_ner", "extract_features", "export_savedmodel", "convert", "pack_pretraining_data")
 CONFIGS = ("bert_base", "bert_large", "bert_medium", "bert_mini", "bert_small", "bert_tiny",
            "tiny_test")
 SEQ, PREDS = 32, 5
@@ -109,26 +109,33 @@ def test_checkout_paths_are_the_packaged_files():
     assert check(os.path.join(ROOT, "tfrecords", "sample_corpus.txt"), resources.sample_corpus())
     with pytest.raises(BertError, match="^bert_huge: no such shipped config; one of bert_base, "):
         resources.config_file("bert_huge")
-    # The guides the README names are the package's files too (a pip install has them).
-    for name, shown in (("api", "docs/API.md"), ("serving", "export/README.md"),
-                        ("tfrecords", "tfrecords/README.md")):
+    # The guides the README names are the package's files too (a pip install has them), and
+    # every shipped guide is listed.
+    for name, (_, _, shown) in resources.GUIDES.items():
         assert check(os.path.join(ROOT, shown), resources.doc_file(name))
-    with pytest.raises(BertError, match="^nope: no such guide; one of api, serving, tfrecords$"):
+    guides_dir = os.path.dirname(resources.doc_file("api"))
+    shipped = {f for f in os.listdir(guides_dir) if f.endswith(".md")}
+    assert shipped == {f for f, _, _ in resources.GUIDES.values()}
+    with pytest.raises(BertError, match="^nope: no such guide; one of install, demo, commands, "
+                                        "models, serving, tfrecords, long-runs, tpu, "
+                                        "compatibility, benchmarks, api$"):
         resources.doc_file("nope")
 
 
 def test_guides_print_from_the_package():
     listing = subprocess.run([sys.executable, "-m", "bert_tf.resources"], capture_output=True,
                              text=True, check=True).stdout
-    assert [line.split()[0] for line in listing.splitlines()[::2]] == ["api", "serving",
-                                                                       "tfrecords"]
+    assert [line.split()[0] for line in listing.splitlines()[::2]] == [
+        "install", "demo", "commands", "models", "serving", "tfrecords", "long-runs", "tpu",
+        "compatibility", "benchmarks", "api"]
     guide = subprocess.run([sys.executable, "-m", "bert_tf.resources", "serving"],
                            capture_output=True, text=True, check=True).stdout
     assert guide.startswith("# Serving bert_tf exports with stock TF Serving")
     bad = subprocess.run([sys.executable, "-m", "bert_tf.resources", "nope"],
                          capture_output=True, text=True)
-    assert (bad.returncode, bad.stderr) == (1, "error: nope: no such guide; one of api, "
-                                               "serving, tfrecords\n")
+    assert (bad.returncode, bad.stderr) == (1, "error: nope: no such guide; one of install, "
+                                               "demo, commands, models, serving, tfrecords, "
+                                               "long-runs, tpu, compatibility, benchmarks, api\n")
 
 
 def test_wheel_holds_commands_configs_and_corpus(wheel):
@@ -141,12 +148,12 @@ def test_wheel_holds_commands_configs_and_corpus(wheel):
     for name in CONFIGS:
         assert f"bert_tf/resources/configs/{name}.json" in names
     assert "bert_tf/resources/sample_corpus.txt" in names
-    assert {f"bert_tf/resources/docs/{f}.md" for f in ("API", "serving", "tfrecords")} <= names
+    assert {f"bert_tf/resources/docs/{f}" for f, _, _ in resources.GUIDES.values()} <= names
     assert {f"bert_tf/commands/{m}.py" for m in MODULES} <= names
     assert "bert_tf/demo_predict.py" in names
     got = dict(line.split(" = ") for line in scripts.strip().splitlines())
     assert got == {name: f"{module}:main" for name, module in commands.COMMANDS.items()}
-    assert len(got) == 9
+    assert len(got) == 10
     meta = email.parser.Parser().parsestr(meta)
     assert SpecifierSet(meta["Requires-Python"]) == SpecifierSet(">=3.10,<3.14")
     requires = {r.name: r.specifier for r in map(Requirement, meta.get_all("Requires-Dist"))

@@ -1,9 +1,9 @@
 """Files shipped inside the package: the model configs, the demo's sample corpus and the guides.
 
 They live here (not at the repository root) so a pip-installed bert_tf has them; the checkout's
-top-level `configs/`, `tfrecords/sample_corpus.txt`, `docs/API.md`, `export/README.md` and
-`tfrecords/README.md` are symlinks to these files. `python -m bert_tf.resources` lists the
-guides; `python -m bert_tf.resources serving` prints one.
+top-level `configs/`, `tfrecords/sample_corpus.txt`, `docs/*.md` (but CONVENTIONS.md),
+`export/README.md` and `tfrecords/README.md` are symlinks to these files.
+`python -m bert_tf.resources` lists the guides; `python -m bert_tf.resources serving` prints one.
 """
 import importlib.resources
 import os
@@ -35,19 +35,37 @@ def sample_corpus():
     return _path("sample_corpus.txt")
 
 
-# Guide name -> file, and where the checkout shows it.
-GUIDES = {"api": ("API.md", "the library API by example (in a checkout: docs/API.md)"),
-          "serving": ("serving.md", "exports, TF Serving, Keras loading "
-                                    "(in a checkout: export/README.md)"),
-          "tfrecords": ("tfrecords.md", "the pre-training data: schema, modes, side files "
-                                        "(in a checkout: tfrecords/README.md)")}
+# Guide name -> (file, what it covers, where a checkout shows it), in reading order.
+GUIDES = {
+    "install": ("install.md", "extras, versions, what a pip install puts on PATH",
+                "docs/install.md"),
+    "demo": ("demo.md", "the first run (bert-demo), step by step, with its measurements",
+             "docs/demo.md"),
+    "commands": ("commands.md", "the original commands, side files, console output, data checks",
+                 "docs/commands.md"),
+    "models": ("models.md", "from_pretrained, fine-tuning, embeddings, converting, Keras loading",
+               "docs/models.md"),
+    "serving": ("serving.md", "exports, TF Serving, REST and gRPC, TF Hub drop-in",
+                "export/README.md"),
+    "tfrecords": ("tfrecords.md", "the pre-training data: schema, modes, side files",
+                  "tfrecords/README.md"),
+    "long-runs": ("long_runs.md", "preemption, exit codes, Kubernetes, the data step, faults",
+                  "docs/long_runs.md"),
+    "tpu": ("tpu.md", "TPU and clusters: Cloud TPU, pod slices, GPU clusters, Beam",
+            "docs/tpu.md"),
+    "compatibility": ("compatibility.md", "compatibility with the original release",
+                      "docs/compatibility.md"),
+    "benchmarks": ("benchmarks.md", "the benchmarks and their latest numbers",
+                   "docs/benchmarks.md"),
+    "api": ("API.md", "the library API by example, the package layout", "docs/API.md"),
+}
 
 
 def doc_file(name):
     """Path of the shipped guide `name`.
 
     Args:
-        name: "api", "serving" or "tfrecords".
+        name: a key of `GUIDES` ("install", "serving", "long-runs", ...).
     """
     if name not in GUIDES:
         raise BertError(f"{name}: no such guide; one of {', '.join(GUIDES)}")

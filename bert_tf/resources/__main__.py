@@ -13,8 +13,9 @@ def main(argv):
     if len(argv) > 1:
         sys.exit("usage: python -m bert_tf.resources [" + "|".join(resources.GUIDES) + "]")
     if not argv:
-        for name, (_, what) in resources.GUIDES.items():
-            print(f"{name:10} {resources.doc_file(name)}\n{'':10} {what}")
+        for name, (_, what, checkout) in resources.GUIDES.items():
+            print(f"{name:14} {resources.doc_file(name)}\n{'':14} {what} "
+                  f"(in a checkout: {checkout})")
         return
     try:
         path = resources.doc_file(argv[0])
