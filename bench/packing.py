@@ -15,14 +15,23 @@ Reported:
   * sequences/s of the training step (run_pretraining's loop, one device, float32, the same
     rows per batch packed or not; real sequences per second, as the step lines report), for
     bert-mini (L=4, H=256) and bert-base (L=12, H=768), best of `--rounds` alternating rounds;
-  * time to quality (bert-mini with the corpus's vocabulary, seq 128): both runs train on the
-    same sequences, the packed one with batches of as many sequences (fewer rows), with the same
-    schedule, in alternating chunks; masked-LM accuracy on held-out documents against training
-    wall-clock seconds (evaluation time excluded).
-    Goal: the packed run reaches the unpacked run's final accuracy in <= 1/1.4 of its time.
+  * time to quality at seq 128, set up as the demo (bert-demo) so that a CPU run learns in
+    minutes: bert_tiny (L=2, H=128) with dropout 0, a WordPiece vocab learned from the sample
+    corpus (vocab_builder, 2,000 asked), static masks (dupe_factor 5) at the demo's
+    masked_lm_prob 0.5, Adam-W at 1e-3 (BERT's 0.15 masking or 30,522 rows stay at the
+    unigram level for hundreds of steps on 2 cores). Documents of 1-7 sentences (the learned
+    pieces make them longer) give ~39 % padding. Both runs train on the same sequences from the
+    same initial weights, the same steps and learning-rate schedule, with as many sequences
+    per step (28 rows unpacked, 28 / 1.56 = 18 packed rows), in alternating chunks of steps so
+    both see the same machine load; masked-LM accuracy on held-out records (the same for both,
+    evaluation off the clock) against training seconds. The unigram baseline (always the most
+    frequent masked token) is printed; a run that does not rise well above it is INVALID.
+    Goal: the packed run reaches the unpacked run's final accuracy in <= 1/1.4 of the time
+    the unpacked run needs for it.
 
-  .venv/bin/python bench/packing.py                       # everything (~15 min on 2 free cores)
-  .venv/bin/python bench/packing.py --models mini --quality_epochs 1   # quicker
+  .venv/bin/python bench/packing.py                       # everything (~20 min on 2 free cores)
+  .venv/bin/python bench/packing.py --models ''           # padding + time to quality (~6 min)
+  .venv/bin/python bench/packing.py --quality_steps 0     # padding + throughput
 """
 import argparse
 import os
@@ -43,6 +52,7 @@ from bert_tf.modeling.config import BertConfig  # noqa: E402
 from bert_tf.pretraining_data import runner as create_runner  # noqa: E402
 from bert_tf.pretraining_data.options import Options as CreateOptions  # noqa: E402
 from bert_tf.pretraining_data.packing_run import PackOptions, run as pack_run  # noqa: E402
+from bert_tf.tokenization import vocab_builder  # noqa: E402
 from bert_tf.training import pretraining  # noqa: E402
 from bert_tf.training.distribute import get_strategy  # noqa: E402
 
@@ -51,14 +61,16 @@ PRED = {128: 20, 512: 80}  # the original README's values
 MODELS = {"mini": "bert_mini", "base": "bert_base"}
 
 
-def write_corpus(path, docs, seed):
-    """`docs` documents of 1-10 sentences of the sample corpus, blank line between them."""
+def write_corpus(path, docs, seed, max_sentences=10):
+    """`docs` documents of 1-`max_sentences` sentences of the sample corpus, blank line
+    between them."""
     with open(resources.sample_corpus(), encoding="utf-8") as f:
         sentences = [ln.strip() for ln in f if ln.strip()]
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as f:
         for _ in range(docs):
-            f.write("\n".join(rng.choice(sentences) for _ in range(rng.randint(1, 10))) + "\n\n")
+            n = rng.randint(1, max_sentences)
+            f.write("\n".join(rng.choice(sentences) for _ in range(n)) + "\n\n")
     return sentences
 
 
@@ -110,15 +122,9 @@ def config(name, vocab_size=VOCAB_SIZE):
     return BertConfig(**cfg)
 
 
-def corpus_vocab_size(work):
-    """Entries of the corpus's vocab.txt."""
-    with open(os.path.join(work, "vocab.txt"), encoding="utf-8") as f:
-        return sum(1 for _ in f)
-
-
-def trainer(cfg, seq, batch, out, steps=10**6, lr=1e-4, warmup=100):
+def trainer(cfg, seq, batch, out, steps=10**6, lr=1e-4, warmup=100, preds=None):
     options = pretraining.PretrainingOptions(
-        output_dir=out, max_seq_length=seq, max_predictions_per_seq=PRED[seq],
+        output_dir=out, max_seq_length=seq, max_predictions_per_seq=preds or PRED[seq],
         train_batch_size=batch, eval_batch_size=64, learning_rate=lr, num_train_steps=steps,
         num_warmup_steps=warmup, iterations_per_loop=1, save_checkpoints_steps=10**6, seed=1,
         progress=False)
@@ -156,37 +162,132 @@ def throughput(name, seq, data, batch, steps, rounds, work):
     return best
 
 
-def time_to_quality(data, eval_file, batch, epochs, evals, work, unpacked_rows, packed_rows,
-                    packed_seqs, lr):
-    """Curves [(train seconds, masked-LM accuracy)] of both runs (same sequences, same
-    schedule; the packed batch holds as many sequences in fewer rows). The runs advance in
-    alternating chunks, so that load changes on a shared machine hit both alike. The vocabulary
-    is the corpus's own (not 30,522 rows), so that a CPU run gets past the unigram stage."""
-    cfg = config("mini", corpus_vocab_size(work))
-    per_row = packed_seqs / packed_rows
+def quality_data(work, args):
+    """Records of the time-to-quality runs (see the module doc): the learned vocab, the
+    unpacked and packed training records of one corpus, unpacked eval records of another."""
+    qdir = os.path.join(work, "quality")
+    os.makedirs(qdir, exist_ok=True)
+    vocab = os.path.join(qdir, "vocab.txt")
+    vocab_builder.learn_vocab(resources.sample_corpus(), vocab, args.quality_vocab)
+    files = {}
+    for name, docs, seed, dupe in (("train", args.quality_docs, 1, args.quality_dupe),
+                                   ("eval", args.quality_eval_docs, 2, 1)):
+        corpus = os.path.join(qdir, f"corpus-{name}.txt")
+        write_corpus(corpus, docs, seed, args.quality_max_sentences)
+        files[name] = os.path.join(qdir, f"{name}.tfrecord")
+        create_runner.run(CreateOptions(
+            input_file=corpus, output_file=files[name], vocab_file=vocab, max_seq_length=128,
+            max_predictions_per_seq=args.quality_preds, dupe_factor=dupe,
+            masked_lm_prob=args.quality_mask_prob, random_seed=seed, progress=False))
+    files["packed"] = os.path.join(qdir, "train-packed.tfrecord")
+    pack_run(PackOptions(input_file=files["train"], output_file=files["packed"],
+                         max_seq_length=128, max_predictions_per_seq=args.quality_preds,
+                         max_sequences_per_pack=3, progress=False))
+    return vocab, files
+
+
+def masked_ids(path, preds):
+    """The ids of the real masked tokens of unpacked records."""
+    spec = {"masked_lm_ids": tf.io.FixedLenFeature([preds], tf.int64),
+            "masked_lm_weights": tf.io.FixedLenFeature([preds], tf.float32)}
+    out = [b["masked_lm_ids"].numpy()[b["masked_lm_weights"].numpy() > 0]
+           for b in tf.data.TFRecordDataset(path).batch(4096).map(
+               lambda x: tf.io.parse_example(x, spec))]
+    return np.concatenate(out)
+
+
+def unigram_baseline(files, preds):
+    """Eval accuracy of always predicting the training records' most frequent masked token."""
+    top = np.bincount(masked_ids(files["train"], preds)).argmax()
+    return float((masked_ids(files["eval"], preds) == top).mean())
+
+
+def time_to_quality(files, vocab, args, batch, per_row):
+    """Curves [(step, train seconds, masked-LM accuracy)] of both runs: the same sequences,
+    steps and schedule; the packed batch holds as many sequences in fewer rows. The runs
+    advance in alternating chunks of steps, so that load changes on a shared machine hit both
+    alike; evaluation (same held-out records) is off the clock."""
+    cfg = BertConfig.from_json_file(resources.config_file("bert_tiny")).to_dict()
+    with open(vocab, encoding="utf-8") as f:
+        cfg.update(vocab_size=sum(1 for _ in f), hidden_dropout_prob=0.0,
+                   attention_probs_dropout_prob=0.0)
+    cfg = BertConfig(**cfg)
     batches = {"unpacked": batch, "packed": max(1, round(batch / per_row))}
-    steps = epochs * unpacked_rows // batch
-    runs, eval_fns = {}, {}
-    for kind in ("unpacked", "packed"):
-        runs[kind] = Stepper(cfg, 128, batches[kind], data[kind],
-                             os.path.join(work, f"ttq-{kind}"), steps=steps, lr=lr,
-                             warmup=max(1, steps // 10))
-        runs[kind].run(1)  # trace (its time is not counted; its step is)
+    steps = args.quality_steps
+    runs, eval_fns, seqs = {}, {}, {}
+    for kind, path in (("unpacked", files["train"]), ("packed", files["packed"])):
+        runs[kind] = Stepper(cfg, 128, batches[kind], path,
+                             os.path.join(args.workdir, f"ttq-{kind}"), steps=steps,
+                             lr=args.quality_lr, warmup=max(1, steps // 10),
+                             preds=args.quality_preds)
+        seqs[kind] = runs[kind].run(1)[1]  # trace (its time is not counted; its step is)
         # After the trace: the traced loop keeps the packed inputs, evaluation reads unpacked.
-        eval_fns[kind] = runs[kind].trainer.task.dataset_fn(eval_file, False)
-    curves = {kind: [] for kind in runs}
+        eval_fns[kind] = runs[kind].trainer.task.dataset_fn(files["eval"], False)
     clock = {kind: 0.0 for kind in runs}
-    done = 1
-    for i in range(1, evals + 1):
-        n = steps * i // evals - done
+
+    def evaluate(step):
         for kind, s in runs.items():
-            clock[kind] += s.run(n)[0]
             acc = s.trainer.evaluate(eval_fns[kind], 10**6)["masked_lm_accuracy"]
-            curves[kind].append((clock[kind], acc))
-            print(f"  {kind}: step {done + n}/{steps}, {clock[kind]:.0f} s, masked-LM accuracy "
-                  f"{acc:.3f}", flush=True)
-        done += n
-    return {kind: (batches[kind], curves[kind]) for kind in runs}
+            curves[kind].append((step, clock[kind], acc))
+        print(f"  step {step}/{steps}: " + ", ".join(
+            f"{k} {clock[k]:.1f} s acc {curves[k][-1][2]:.3f}" for k in runs), flush=True)
+
+    curves = {kind: [] for kind in runs}
+    evaluate(1)
+    done = 1
+    for i in range(1, args.evals + 1):
+        point = steps * i // args.evals
+        while done < point:
+            n = min(args.quality_chunk, point - done)
+            for kind, s in runs.items():
+                seconds, trained = s.run(n)
+                clock[kind] += seconds
+                seqs[kind] += trained
+            done += n
+        evaluate(done)
+    return batches, seqs, curves
+
+
+def first_time(curve, target):
+    """Training seconds at the first evaluation with accuracy >= target (None: never)."""
+    return next((t for _, t, a in curve if a >= target - 1e-9), None)
+
+
+def report_quality(args, batches, seqs, curves, baseline, cfg_line):
+    steps = args.quality_steps
+    print(f"\nTime to quality at seq 128: {cfg_line}")
+    print(f"unigram baseline (always the most frequent masked token): {baseline:.3f}")
+    for kind in curves:
+        print(f"{kind}: {batches[kind]} rows/step, {seqs[kind] / steps:.1f} sequences/step "
+              f"({seqs[kind]:.0f} in {steps} steps)")
+    print("\n| step | unpacked s | unpacked acc | packed s | packed acc |\n|---|---|---|---|---|")
+    for (st, tu, au), (_, tp, ap) in zip(curves["unpacked"], curves["packed"]):
+        print(f"| {st} | {tu:.1f} | {au:.3f} | {tp:.1f} | {ap:.3f} |")
+    target = curves["unpacked"][-1][2]
+    t_u, t_p = first_time(curves["unpacked"], target), first_time(curves["packed"], target)
+    total_u, total_p = curves["unpacked"][-1][1], curves["packed"][-1][1]
+    need = max(2 * baseline, baseline + 0.05)
+    valid = target >= need
+    print(f"\nunpacked final masked-LM accuracy: {target:.3f} (unigram baseline {baseline:.3f})")
+    print(f"\n| run | training time, all {steps} steps | time to accuracy {target:.3f} |"
+          "\n|---|---|---|")
+    print(f"| unpacked | {total_u:.1f} s | {t_u:.1f} s |")
+    if t_p is None:
+        print(f"| packed | {total_p:.1f} s | never (final {curves['packed'][-1][2]:.3f}) |")
+    else:
+        print(f"| packed | {total_p:.1f} s | {t_p:.1f} s |")
+        print(f"\ntime to quality: packed {t_u / t_p:.2f}x faster (goal >= 1.4x: "
+              f"{'met' if t_u / t_p >= 1.4 else 'NOT met'}); all steps {total_u / total_p:.2f}x")
+    both = min(target, curves["packed"][-1][2])  # the quality both runs reach
+    b_u, b_p = first_time(curves["unpacked"], both), first_time(curves["packed"], both)
+    gap = max(abs(u[2] - p[2]) for u, p in zip(curves["unpacked"], curves["packed"]))
+    print(f"accuracy {both:.3f} (reached by both): unpacked {b_u:.1f} s, packed {b_p:.1f} s, "
+          f"{b_u / b_p:.2f}x; all {steps} steps: {total_u / total_p:.2f}x; largest gap between "
+          f"the curves at the same step: {gap:.3f}")
+    if not valid:
+        print(f"INVALID: the unpacked run's accuracy {target:.3f} is not well above the unigram "
+              f"baseline {baseline:.3f} (need >= {need:.3f}): "
+              "train longer (--quality_steps) or check the settings")
 
 
 def main():
@@ -197,12 +298,23 @@ def main():
     ap.add_argument("--batch", type=int, default=32, help="rows per step, seq 128 (base: /4)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per round")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--quality_epochs", type=int, default=3, help="0: skip time to quality")
-    ap.add_argument("--quality_lr", type=float, default=2e-3)
-    ap.add_argument("--evals", type=int, default=8, help="accuracy points per curve")
+    ap.add_argument("--quality_steps", type=int, default=1000, help="0: skip time to quality")
+    ap.add_argument("--quality_batch", type=int, default=28, help="unpacked rows per step")
+    ap.add_argument("--quality_lr", type=float, default=1e-3)
+    ap.add_argument("--quality_docs", type=int, default=2000, help="training documents")
+    ap.add_argument("--quality_eval_docs", type=int, default=400, help="held-out documents")
+    ap.add_argument("--quality_max_sentences", type=int, default=7,
+                    help="sentences per document at most (the learned vocab's pieces make "
+                    "documents longer: 7 gives ~39%% padding)")
+    ap.add_argument("--quality_dupe", type=int, default=5, help="dupe_factor (static masks)")
+    ap.add_argument("--quality_mask_prob", type=float, default=0.5)
+    ap.add_argument("--quality_preds", type=int, default=64, help="max_predictions_per_seq")
+    ap.add_argument("--quality_vocab", type=int, default=2000, help="learned vocab size")
+    ap.add_argument("--quality_chunk", type=int, default=25, help="steps per alternation")
+    ap.add_argument("--evals", type=int, default=12, help="accuracy points per curve")
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
-    work = args.workdir or tempfile.mkdtemp(prefix="bench-packing-")
+    work = args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench-packing-")
     os.makedirs(work, exist_ok=True)
     tf.get_logger().setLevel("ERROR")
     packs = {128: 3, 512: args.pack512}
@@ -230,28 +342,24 @@ def main():
                   f"{best['packed']:.1f} | {best['packed'] / best['unpacked']:.2f}x |",
                   flush=True)
 
-    if args.quality_epochs:
-        eval_file = make_data(work, 128, 3, max(200, args.docs // 10), seed=2)[0]
-        (_, ru, _), (_, rp, sp) = shares[128]["unpacked"], shares[128]["packed"]
-        curves = time_to_quality(data[128], eval_file, args.batch, args.quality_epochs,
-                                 args.evals, work, ru, rp, sp, args.quality_lr)
-        print(f"\nTime to quality, bert-mini, seq 128, {args.quality_epochs} epoch(s), masked-LM "
-              "accuracy on held-out documents (training seconds):")
-        for kind, (batch, curve) in curves.items():
-            points = ", ".join(f"{t:.0f}s {a:.3f}" for t, a in curve)
-            print(f"  {kind} ({batch} rows/step): {points}")
-        t_u, target = curves["unpacked"][1][-1]
-        if target <= curves["unpacked"][1][0][1] + 0.02:
-            print("warning: the unpacked run did not learn beyond its first point: train longer "
-                  "(--quality_epochs, --docs)")
-        t_p = next((t for t, a in curves["packed"][1] if a >= target), None)
-        if t_p is None:
-            print(f"packed never reached {target:.3f} (final {curves['packed'][1][-1][1]:.3f})")
-        else:
-            print(f"\n| run | time to masked-LM accuracy {target:.3f} |\n|---|---|\n"
-                  f"| unpacked | {t_u:.0f} s |\n| packed | {t_p:.0f} s ({t_u / t_p:.2f}x faster; "
-                  f"goal >= 1.4x) |")
-
+    if args.quality_steps:
+        vocab, files = quality_data(work, args)
+        (pu, ru, su), (pp, rp, _) = (padding_share(files[k], 128) for k in ("train", "packed"))
+        baseline = unigram_baseline(files, args.quality_preds)
+        cfg_line = (f"bert_tiny (L=2, H=128), dropout 0, learned WordPiece vocab of "
+                    f"{sum(1 for _ in open(vocab, encoding='utf-8'))} (asked "
+                    f"{args.quality_vocab}); {args.quality_docs} training documents, "
+                    f"dupe_factor {args.quality_dupe} (static masks), masked_lm_prob "
+                    f"{args.quality_mask_prob}, max_predictions_per_seq {args.quality_preds}; "
+                    f"{su} sequences, padding {pu:.1%} unpacked, {pp:.1%} packed ({rp} rows of "
+                    f"<= 3); Adam-W lr {args.quality_lr}, warm-up "
+                    f"{max(1, args.quality_steps // 10)}"
+                    f" steps then linear decay over {args.quality_steps} steps; eval on "
+                    f"{args.quality_eval_docs} held-out documents; runs alternate every "
+                    f"{args.quality_chunk} steps")
+        print(f"\n[time to quality] {cfg_line}", flush=True)
+        batches, seqs, curves = time_to_quality(files, vocab, args, args.quality_batch, su / rp)
+        report_quality(args, batches, seqs, curves, baseline, cfg_line)
 
 if __name__ == "__main__":
     main()

@@ -208,7 +208,9 @@ def test_pipeline_through_the_installed_commands(venv, tmp_path):
                        "--vocab_file=vocab.txt", "--export_dir=export", "--model_name=tiny",
                        "--noprogress"), "bert-run-pretraining")
     losses = [float(x) for x in re.findall(r"step \d+/4 loss=([0-9.]+)", proc.stderr)]
-    assert len(losses) == 2 and all(0 < x < 20 for x in losses), proc.stderr[-2000:]
+    # off TPU a loop is at most a tenth of the run: 4 steps, 4 lines (--iterations_per_loop=2
+    # still bounds it on a TPU)
+    assert len(losses) == 4 and all(0 < x < 20 for x in losses), proc.stderr[-2000:]
     for name in ("tiny", "tiny_embeddings", "tiny_preprocessor", "tiny_encoder"):
         assert os.listdir(work / "export" / name) == ["1"]
         assert (work / "export" / name / "1" / "saved_model.pb").exists()

@@ -31,7 +31,7 @@ STEPS = 200
 FLAGS = dict(max_seq_length=32, max_predictions_per_seq=5, train_batch_size=8,
              eval_batch_size=8, max_eval_steps=4, learning_rate=1e-3, num_train_steps=STEPS,
              num_warmup_steps=2, iterations_per_loop=1, save_checkpoints_steps=1000, seed=7,
-             do_eval=True)
+             do_eval=True, showprefixforinfo=True)  # absl's time prefix: the latencies
 
 
 def test_exit_code_is_distinct_and_a_system_exit():

@@ -66,18 +66,19 @@ def list_files(file_pattern, flag="--input_file"):
     return sorted(set(fileio.expand_globs(file_pattern, flag)))
 
 
+# Record feature -> model input name, where they differ (packed rows add `positions`).
+_MODEL_NAMES = {"input_ids": "input_word_ids", "segment_ids": "input_type_ids",
+                "positions": "input_positions"}
+
+
 def _to_model_inputs(parsed):
-    """Record features (int64) -> model input names, int32."""
-    i32 = lambda t: tf.cast(t, tf.int32)
-    return {
-        "input_word_ids": i32(parsed["input_ids"]),
-        "input_mask": i32(parsed["input_mask"]),
-        "input_type_ids": i32(parsed["segment_ids"]),
-        "masked_lm_positions": i32(parsed["masked_lm_positions"]),
-        "masked_lm_ids": i32(parsed["masked_lm_ids"]),
-        "masked_lm_weights": tf.cast(parsed["masked_lm_weights"], tf.float32),
-        "next_sentence_labels": i32(tf.reshape(parsed["next_sentence_labels"], [])),
-    }
+    """Record features (int64; packed or not) -> model input names, int32 (weights float32)."""
+    out = {_MODEL_NAMES.get(name, name): tf.cast(t, tf.float32 if name.endswith("_weights")
+                                                 else tf.int32)
+           for name, t in parsed.items()}
+    if "next_sentence_positions" not in out:  # one NSP label per unpacked row
+        out["next_sentence_labels"] = tf.reshape(out["next_sentence_labels"], [])
+    return out
 
 
 def _remask(masker, seed, pipeline_id, batch_index, ids, input_mask, type_ids, positions, labels,
@@ -308,14 +309,12 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
         ds = ds.skip(int(skip_batches) * batch_size)
     if packed:  # S, P and N from the records (P, N are the packer's, not flags)
         spec = packed_records.feature_spec(max_seq_length, packed[1], packed[2])
-        to_inputs = packed_records.to_model_inputs
     else:
         spec = feature_spec(max_seq_length, max_predictions_per_seq)
-        to_inputs = _to_model_inputs
 
     def parse(index, item):
         path, file_index, record = item
-        return to_inputs(tf.io.parse_single_example(record, spec)), path, file_index, index
+        return _to_model_inputs(tf.io.parse_single_example(record, spec)), path, file_index, index
 
     checks = (max_seq_length, vocab_size, type_vocab_size, flag)
     masker = BatchMasker(

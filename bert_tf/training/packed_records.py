@@ -42,24 +42,6 @@ def shapes(example):
     return length("input_ids"), length("masked_lm_positions"), length("next_sentence_positions")
 
 
-def to_model_inputs(parsed):
-    """Parsed packed features (int64) -> the BertPretrainer's input and label names, int32."""
-    import tensorflow as tf
-    i32 = lambda t: tf.cast(t, tf.int32)
-    return {
-        "input_word_ids": i32(parsed["input_ids"]),
-        "input_mask": i32(parsed["input_mask"]),
-        "input_type_ids": i32(parsed["segment_ids"]),
-        "input_positions": i32(parsed["positions"]),
-        "masked_lm_positions": i32(parsed["masked_lm_positions"]),
-        "masked_lm_ids": i32(parsed["masked_lm_ids"]),
-        "masked_lm_weights": tf.cast(parsed["masked_lm_weights"], tf.float32),
-        "next_sentence_positions": i32(parsed["next_sentence_positions"]),
-        "next_sentence_labels": i32(parsed["next_sentence_labels"]),
-        "next_sentence_weights": tf.cast(parsed["next_sentence_weights"], tf.float32),
-    }
-
-
 def _values(feature):
     kind = feature.WhichOneof("kind")
     return kind, (getattr(feature, kind).value[:] if kind else [])

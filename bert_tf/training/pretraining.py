@@ -169,12 +169,11 @@ class PretrainingTask(Task):
         return {"sequences_per_second": totals["examples"] / max(seconds, 1e-9)}
 
     def log_text(self, m):
-        """Loss, masked-LM and NSP loss/accuracy (and sequences/s) for the training log line."""
-        rate = (f" sequences/s={m['sequences_per_second']:.1f}"
-                if "sequences_per_second" in m else "")
+        """Loss, masked-LM and NSP loss/accuracy for the training log line (the trainer adds
+        `rates`' sequences/s)."""
         return (f"loss={m['loss']:.4f} mlm_loss={m['masked_lm_loss']:.4f} "
                 f"mlm_acc={m['masked_lm_accuracy']:.4f} nsp_loss={m['next_sentence_loss']:.4f} "
-                f"nsp_acc={m['next_sentence_accuracy']:.4f}{rate}")
+                f"nsp_acc={m['next_sentence_accuracy']:.4f}")
 
     def dataset_fn(self, input_file, training):
         """The trainer's dataset_fn over input_file (see Trainer.distribute).

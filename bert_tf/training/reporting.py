@@ -61,14 +61,17 @@ class Report:
                             "(lower --learning_rate?)")
         m.update(step=step, learning_rate=t.learning_rate(),
                  examples_per_second=n * t.options.train_batch_size / max(elapsed, 1e-9))
-        m.update(t.task.rates(totals, elapsed))  # e.g. pre-training's sequences/s (issue 33)
+        rates = t.task.rates(totals, elapsed)  # e.g. pre-training's sequences/s (issue 33)
+        m.update(rates)
+        # The task's own throughput where it has one (a packed row is several sequences).
+        rate_text = " ".join(f"{k.replace('_per_second', '/s')}={v:.1f}" for k, v in rates.items())
+        rate_text = rate_text or f"examples/s={m['examples_per_second']:.1f}"
         if t.loss_scaling:
             m["loss_scale"] = float(t.optimizer.dynamic_scale.numpy())
         summaries.write_scalars(self.writer, step, {k: v for k, v in m.items() if k != "step"})
         left = (total - step) * elapsed / n
-        log.info("step %d/%d %s lr=%.3g examples/s=%.1f left=%dm%02ds", step, total,
-                 t.task.log_text(m), m["learning_rate"], m["examples_per_second"],
-                 left // 60, left % 60)
+        log.info("step %d/%d %s lr=%.3g %s left=%dm%02ds", step, total, t.task.log_text(m),
+                 m["learning_rate"], rate_text, left // 60, left % 60)
         self.bar.set_postfix(loss=f"{m['loss']:.4f}", refresh=False)
         self.bar.update(n)
         return m
