@@ -122,11 +122,11 @@ def config(name, vocab_size=VOCAB_SIZE):
     return BertConfig(**cfg)
 
 
-def trainer(cfg, seq, batch, out, steps=10**6, lr=1e-4, warmup=100, preds=None):
+def trainer(cfg, seq, batch, out, steps=10**6, lr=1e-4, warmup=100, preds=None, seed=1):
     options = pretraining.PretrainingOptions(
         output_dir=out, max_seq_length=seq, max_predictions_per_seq=preds or PRED[seq],
         train_batch_size=batch, eval_batch_size=64, learning_rate=lr, num_train_steps=steps,
-        num_warmup_steps=warmup, iterations_per_loop=1, save_checkpoints_steps=10**6, seed=1,
+        num_warmup_steps=warmup, iterations_per_loop=1, save_checkpoints_steps=10**6, seed=seed,
         progress=False)
     return pretraining.make_trainer(cfg, options, get_strategy("one_device"))
 
@@ -182,7 +182,8 @@ def quality_data(work, args):
     files["packed"] = os.path.join(qdir, "train-packed.tfrecord")
     pack_run(PackOptions(input_file=files["train"], output_file=files["packed"],
                          max_seq_length=128, max_predictions_per_seq=args.quality_preds,
-                         max_sequences_per_pack=3, progress=False))
+                         max_sequences_per_pack=3, random_seed=args.quality_seed,
+                         progress=False))
     return vocab, files
 
 
@@ -219,7 +220,7 @@ def time_to_quality(files, vocab, args, batch, per_row):
         runs[kind] = Stepper(cfg, 128, batches[kind], path,
                              os.path.join(args.workdir, f"ttq-{kind}"), steps=steps,
                              lr=args.quality_lr, warmup=max(1, steps // 10),
-                             preds=args.quality_preds)
+                             preds=args.quality_preds, seed=args.quality_seed)
         seqs[kind] = runs[kind].run(1)[1]  # trace (its time is not counted; its step is)
         # After the trace: the traced loop keeps the packed inputs, evaluation reads unpacked.
         eval_fns[kind] = runs[kind].trainer.task.dataset_fn(files["eval"], False)
@@ -311,6 +312,8 @@ def main():
     ap.add_argument("--quality_preds", type=int, default=64, help="max_predictions_per_seq")
     ap.add_argument("--quality_vocab", type=int, default=2000, help="learned vocab size")
     ap.add_argument("--quality_chunk", type=int, default=25, help="steps per alternation")
+    ap.add_argument("--quality_seed", type=int, default=1,
+                    help="the runs' shuffle and initialisation seed and the packer's seed")
     ap.add_argument("--evals", type=int, default=12, help="accuracy points per curve")
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
@@ -356,7 +359,7 @@ def main():
                     f"{max(1, args.quality_steps // 10)}"
                     f" steps then linear decay over {args.quality_steps} steps; eval on "
                     f"{args.quality_eval_docs} held-out documents; runs alternate every "
-                    f"{args.quality_chunk} steps")
+                    f"{args.quality_chunk} steps; seed {args.quality_seed}")
         print(f"\n[time to quality] {cfg_line}", flush=True)
         batches, seqs, curves = time_to_quality(files, vocab, args, args.quality_batch, su / rp)
         report_quality(args, batches, seqs, curves, baseline, cfg_line)

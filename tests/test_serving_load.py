@@ -117,7 +117,8 @@ def report(capsys):
     return out
 
 
-@pytest.mark.parametrize("name", ["classification", "fill_mask"])
+@pytest.mark.parametrize("name", ["classification",
+                                  pytest.param("fill_mask", marks=pytest.mark.slow)])  # ~25 s
 def test_end_to_end_exports_under_concurrent_load(exports, name, report):
     _check(exports, name, report)
 
