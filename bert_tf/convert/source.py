@@ -18,7 +18,7 @@ import posixpath
 
 import tensorflow as tf
 
-from bert_tf import BertError, fileio
+from bert_tf import BertError
 
 
 @dataclasses.dataclass(frozen=True)
