@@ -14,11 +14,17 @@ $(STAMP): setup.py constraints.txt
 
 venv: $(STAMP)
 
+# Two pytest workers (pytest-xdist), one test file each at a time (module fixtures are built
+# once): most of a test is single-threaded Python (tracing, saving, process start-up), so two
+# cores run two files. TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q $(XDIST) tests
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not peers" tests
+	$(BIN)/python -m pytest -q $(XDIST) -m "not peers" tests
 
 # Peers (Model Garden, tf_keras, TF Hub, keras-hub, HF tokenizers) for interop tests and
 # benchmarks. Three steps, exact pins: a one-shot resolve fails (see constraints-peers.txt).

@@ -21,7 +21,7 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS = {
-    "test": ["pytest>=8"],
+    "test": ["pytest>=8", "pytest-xdist>=3"],
     # Peers, imported lazily by the converters that need them. `pip install
     # "bert_tf[keras-hub]"` resolves in one command. tf-models-official cannot (its
     # tensorflow-model-optimization needs absl-py~=1.2 or numpy<2): install the model-garden

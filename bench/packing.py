@@ -22,15 +22,20 @@ Reported:
     unigram level for hundreds of steps on 2 cores). Documents of 1-7 sentences (the learned
     pieces make them longer) give ~39 % padding. Both runs train on the same sequences from the
     same initial weights, the same steps and learning-rate schedule, with as many sequences
-    per step (28 rows unpacked, 28 / 1.56 = 18 packed rows), in alternating chunks of steps so
-    both see the same machine load; masked-LM accuracy on held-out records (the same for both,
-    evaluation off the clock) against training seconds. The unigram baseline (always the most
-    frequent masked token) is printed; a run that does not rise well above it is INVALID.
+    per step (18 packed rows of ~1.6 sequences, 28 unpacked rows), in alternating chunks of
+    steps so both see the same machine load; masked-LM accuracy on held-out records (1,500
+    documents, the same for both, evaluation off the clock) against training seconds, linear
+    between evaluations. One run's order of data alone moves its final accuracy by ~0.01 (a
+    re-shuffled copy of the same records, `--quality_pack 1`, ended 0.008 above the original
+    order), so `--quality_seeds` replicates (each its own corpus, masks, packs, order and
+    initial weights; default 3) are run and the goal is judged on their mean curves. The
+    unigram baseline (always the most frequent masked token) is printed; a run that does not
+    rise well above it is INVALID.
     Goal: the packed run reaches the unpacked run's final accuracy in <= 1/1.4 of the time
     the unpacked run needs for it.
 
-  .venv/bin/python bench/packing.py                       # everything (~20 min on 2 free cores)
-  .venv/bin/python bench/packing.py --models ''           # padding + time to quality (~6 min)
+  .venv/bin/python bench/packing.py                       # everything (~30 min on 2 free cores)
+  .venv/bin/python bench/packing.py --models ''           # padding + time to quality (~16 min)
   .venv/bin/python bench/packing.py --quality_steps 0     # padding + throughput
 """
 import argparse
@@ -162,27 +167,32 @@ def throughput(name, seq, data, batch, steps, rounds, work):
     return best
 
 
-def quality_data(work, args):
-    """Records of the time-to-quality runs (see the module doc): the learned vocab, the
-    unpacked and packed training records of one corpus, unpacked eval records of another."""
+def quality_data(work, args, seed):
+    """Records of one time-to-quality replicate (see the module doc): the learned vocab and
+    the held-out eval records (the same for every replicate), and this replicate's training
+    records (corpus, masks and order from `seed`) and their packs."""
     qdir = os.path.join(work, "quality")
     os.makedirs(qdir, exist_ok=True)
     vocab = os.path.join(qdir, "vocab.txt")
-    vocab_builder.learn_vocab(resources.sample_corpus(), vocab, args.quality_vocab)
+    if not os.path.exists(vocab):
+        vocab_builder.learn_vocab(resources.sample_corpus(), vocab, args.quality_vocab)
     files = {}
-    for name, docs, seed, dupe in (("train", args.quality_docs, 1, args.quality_dupe),
-                                   ("eval", args.quality_eval_docs, 2, 1)):
-        corpus = os.path.join(qdir, f"corpus-{name}.txt")
-        write_corpus(corpus, docs, seed, args.quality_max_sentences)
-        files[name] = os.path.join(qdir, f"{name}.tfrecord")
+    # Eval: its own corpus seed (0), disjoint from the replicates' seeds 1, 2, ...
+    for name, docs, corpus_seed, dupe in (("train", args.quality_docs, seed, args.quality_dupe),
+                                          ("eval", args.quality_eval_docs, 0, 1)):
+        files[name] = os.path.join(qdir, f"{name}-{corpus_seed}.tfrecord")
+        if os.path.exists(files[name]):
+            continue
+        corpus = os.path.join(qdir, f"corpus-{name}-{corpus_seed}.txt")
+        write_corpus(corpus, docs, 1000 + corpus_seed, args.quality_max_sentences)
         create_runner.run(CreateOptions(
             input_file=corpus, output_file=files[name], vocab_file=vocab, max_seq_length=128,
             max_predictions_per_seq=args.quality_preds, dupe_factor=dupe,
-            masked_lm_prob=args.quality_mask_prob, random_seed=seed, progress=False))
-    files["packed"] = os.path.join(qdir, "train-packed.tfrecord")
+            masked_lm_prob=args.quality_mask_prob, random_seed=corpus_seed, progress=False))
+    files["packed"] = os.path.join(qdir, f"train-{seed}-packed{args.quality_pack}.tfrecord")
     pack_run(PackOptions(input_file=files["train"], output_file=files["packed"],
                          max_seq_length=128, max_predictions_per_seq=args.quality_preds,
-                         max_sequences_per_pack=3, random_seed=args.quality_seed,
+                         max_sequences_per_pack=args.quality_pack, random_seed=seed,
                          progress=False))
     return vocab, files
 
@@ -203,7 +213,7 @@ def unigram_baseline(files, preds):
     return float((masked_ids(files["eval"], preds) == top).mean())
 
 
-def time_to_quality(files, vocab, args, batch, per_row):
+def time_to_quality(files, vocab, args, batch, per_row, seed):
     """Curves [(step, train seconds, masked-LM accuracy)] of both runs: the same sequences,
     steps and schedule; the packed batch holds as many sequences in fewer rows. The runs
     advance in alternating chunks of steps, so that load changes on a shared machine hit both
@@ -213,14 +223,15 @@ def time_to_quality(files, vocab, args, batch, per_row):
         cfg.update(vocab_size=sum(1 for _ in f), hidden_dropout_prob=0.0,
                    attention_probs_dropout_prob=0.0)
     cfg = BertConfig(**cfg)
-    batches = {"unpacked": batch, "packed": max(1, round(batch / per_row))}
+    rows = max(1, round(batch / per_row))  # as many sequences per step, to half a sequence
+    batches = {"unpacked": max(1, round(rows * per_row)), "packed": rows}
     steps = args.quality_steps
     runs, eval_fns, seqs = {}, {}, {}
     for kind, path in (("unpacked", files["train"]), ("packed", files["packed"])):
         runs[kind] = Stepper(cfg, 128, batches[kind], path,
-                             os.path.join(args.workdir, f"ttq-{kind}"), steps=steps,
+                             os.path.join(args.workdir, f"ttq-{seed}-{kind}"), steps=steps,
                              lr=args.quality_lr, warmup=max(1, steps // 10),
-                             preds=args.quality_preds, seed=args.quality_seed)
+                             preds=args.quality_preds, seed=seed)
         seqs[kind] = runs[kind].run(1)[1]  # trace (its time is not counted; its step is)
         # After the trace: the traced loop keeps the packed inputs, evaluation reads unpacked.
         eval_fns[kind] = runs[kind].trainer.task.dataset_fn(files["eval"], False)
@@ -250,42 +261,63 @@ def time_to_quality(files, vocab, args, batch, per_row):
 
 
 def first_time(curve, target):
-    """Training seconds at the first evaluation with accuracy >= target (None: never)."""
-    return next((t for _, t, a in curve if a >= target - 1e-9), None)
+    """Training seconds at which the curve first reaches `target`, linear between
+    evaluations (None: never)."""
+    prev = None
+    for _, t, acc in curve:
+        if acc >= target - 1e-9:
+            if prev is None or prev[1] >= acc:
+                return t
+            return prev[0] + (t - prev[0]) * (target - prev[1]) / (acc - prev[1])
+        prev = (t, acc)
+    return None
 
 
-def report_quality(args, batches, seqs, curves, baseline, cfg_line):
+def mean_curve(curves):
+    """The pointwise mean of replicate curves [(step, seconds, accuracy)] (same steps)."""
+    return [(points[0][0], float(np.mean([p[1] for p in points])),
+             float(np.mean([p[2] for p in points]))) for points in zip(*curves)]
+
+
+def ttq_line(name, unpacked, packed):
+    """One row: the unpacked final accuracy and both runs' time to it."""
+    target = unpacked[-1][2]
+    t_u, t_p = first_time(unpacked, target), first_time(packed, target)
+    speed = "never (final %.3f)" % packed[-1][2] if t_p is None else f"{t_u / t_p:.2f}x"
+    return (f"| {name} | {target:.3f} | {packed[-1][2]:.3f} | {t_u:.1f} | "
+            + ("-" if t_p is None else f"{t_p:.1f}") + f" | {speed} | "
+            f"{unpacked[-1][1] / packed[-1][1]:.2f}x |"), (None if t_p is None else t_u / t_p)
+
+
+def report_quality(args, results, baseline, cfg_line):
+    """results: {seed: (batches, seqs, curves)}; the goal is judged on the replicates' mean
+    curves (one replicate's order of data alone moves its final accuracy by ~0.01)."""
     steps = args.quality_steps
     print(f"\nTime to quality at seq 128: {cfg_line}")
     print(f"unigram baseline (always the most frequent masked token): {baseline:.3f}")
-    for kind in curves:
-        print(f"{kind}: {batches[kind]} rows/step, {seqs[kind] / steps:.1f} sequences/step "
-              f"({seqs[kind]:.0f} in {steps} steps)")
-    print("\n| step | unpacked s | unpacked acc | packed s | packed acc |\n|---|---|---|---|---|")
-    for (st, tu, au), (_, tp, ap) in zip(curves["unpacked"], curves["packed"]):
+    for seed, (batches, seqs, _) in results.items():
+        print(f"replicate {seed}: " + "; ".join(
+            f"{kind} {batches[kind]} rows/step, {seqs[kind] / steps:.1f} sequences/step"
+            for kind in batches))
+    means = {kind: mean_curve([r[2][kind] for r in results.values()])
+             for kind in ("unpacked", "packed")}
+    print(f"\nMean of {len(results)} replicates:\n\n| step | unpacked s | unpacked acc | "
+          "packed s | packed acc |\n|---|---|---|---|---|")
+    for (st, tu, au), (_, tp, ap) in zip(means["unpacked"], means["packed"]):
         print(f"| {st} | {tu:.1f} | {au:.3f} | {tp:.1f} | {ap:.3f} |")
-    target = curves["unpacked"][-1][2]
-    t_u, t_p = first_time(curves["unpacked"], target), first_time(curves["packed"], target)
-    total_u, total_p = curves["unpacked"][-1][1], curves["packed"][-1][1]
+    print(f"\n| replicate | unpacked final acc | packed final acc | unpacked s to it | "
+          f"packed s to it | time to quality | all {steps} steps |\n|---|---|---|---|---|---|---|")
+    for seed, (_, _, curves) in results.items():
+        print(ttq_line(str(seed), curves["unpacked"], curves["packed"])[0])
+    line, ratio = ttq_line("mean", means["unpacked"], means["packed"])
+    print(line)
+    target = means["unpacked"][-1][2]
     need = max(2 * baseline, baseline + 0.05)
-    valid = target >= need
-    print(f"\nunpacked final masked-LM accuracy: {target:.3f} (unigram baseline {baseline:.3f})")
-    print(f"\n| run | training time, all {steps} steps | time to accuracy {target:.3f} |"
-          "\n|---|---|---|")
-    print(f"| unpacked | {total_u:.1f} s | {t_u:.1f} s |")
-    if t_p is None:
-        print(f"| packed | {total_p:.1f} s | never (final {curves['packed'][-1][2]:.3f}) |")
-    else:
-        print(f"| packed | {total_p:.1f} s | {t_p:.1f} s |")
-        print(f"\ntime to quality: packed {t_u / t_p:.2f}x faster (goal >= 1.4x: "
-              f"{'met' if t_u / t_p >= 1.4 else 'NOT met'}); all steps {total_u / total_p:.2f}x")
-    both = min(target, curves["packed"][-1][2])  # the quality both runs reach
-    b_u, b_p = first_time(curves["unpacked"], both), first_time(curves["packed"], both)
-    gap = max(abs(u[2] - p[2]) for u, p in zip(curves["unpacked"], curves["packed"]))
-    print(f"accuracy {both:.3f} (reached by both): unpacked {b_u:.1f} s, packed {b_p:.1f} s, "
-          f"{b_u / b_p:.2f}x; all {steps} steps: {total_u / total_p:.2f}x; largest gap between "
-          f"the curves at the same step: {gap:.3f}")
-    if not valid:
+    print(f"\ntime to quality (mean curves): packed "
+          + ("never reaches" if ratio is None else f"{ratio:.2f}x faster to")
+          + f" the unpacked final accuracy {target:.3f}; goal >= 1.4x: "
+          + ("met" if ratio and ratio >= 1.4 else "NOT met"))
+    if target < need:
         print(f"INVALID: the unpacked run's accuracy {target:.3f} is not well above the unigram "
               f"baseline {baseline:.3f} (need >= {need:.3f}): "
               "train longer (--quality_steps) or check the settings")
@@ -303,7 +335,7 @@ def main():
     ap.add_argument("--quality_batch", type=int, default=28, help="unpacked rows per step")
     ap.add_argument("--quality_lr", type=float, default=1e-3)
     ap.add_argument("--quality_docs", type=int, default=2000, help="training documents")
-    ap.add_argument("--quality_eval_docs", type=int, default=400, help="held-out documents")
+    ap.add_argument("--quality_eval_docs", type=int, default=1500, help="held-out documents")
     ap.add_argument("--quality_max_sentences", type=int, default=7,
                     help="sentences per document at most (the learned vocab's pieces make "
                     "documents longer: 7 gives ~39%% padding)")
@@ -311,9 +343,12 @@ def main():
     ap.add_argument("--quality_mask_prob", type=float, default=0.5)
     ap.add_argument("--quality_preds", type=int, default=64, help="max_predictions_per_seq")
     ap.add_argument("--quality_vocab", type=int, default=2000, help="learned vocab size")
+    ap.add_argument("--quality_pack", type=int, default=3,
+                    help="--max_sequences_per_pack of the time-to-quality run")
     ap.add_argument("--quality_chunk", type=int, default=25, help="steps per alternation")
-    ap.add_argument("--quality_seed", type=int, default=1,
-                    help="the runs' shuffle and initialisation seed and the packer's seed")
+    ap.add_argument("--quality_seeds", default="1,2,3",
+                    help="replicates: each seed draws its own training corpus, masks, "
+                    "packs, order and initial weights; the goal is judged on the mean curves")
     ap.add_argument("--evals", type=int, default=12, help="accuracy points per curve")
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
@@ -346,23 +381,29 @@ def main():
                   flush=True)
 
     if args.quality_steps:
-        vocab, files = quality_data(work, args)
-        (pu, ru, su), (pp, rp, _) = (padding_share(files[k], 128) for k in ("train", "packed"))
-        baseline = unigram_baseline(files, args.quality_preds)
-        cfg_line = (f"bert_tiny (L=2, H=128), dropout 0, learned WordPiece vocab of "
-                    f"{sum(1 for _ in open(vocab, encoding='utf-8'))} (asked "
-                    f"{args.quality_vocab}); {args.quality_docs} training documents, "
-                    f"dupe_factor {args.quality_dupe} (static masks), masked_lm_prob "
-                    f"{args.quality_mask_prob}, max_predictions_per_seq {args.quality_preds}; "
-                    f"{su} sequences, padding {pu:.1%} unpacked, {pp:.1%} packed ({rp} rows of "
-                    f"<= 3); Adam-W lr {args.quality_lr}, warm-up "
-                    f"{max(1, args.quality_steps // 10)}"
-                    f" steps then linear decay over {args.quality_steps} steps; eval on "
-                    f"{args.quality_eval_docs} held-out documents; runs alternate every "
-                    f"{args.quality_chunk} steps; seed {args.quality_seed}")
-        print(f"\n[time to quality] {cfg_line}", flush=True)
-        batches, seqs, curves = time_to_quality(files, vocab, args, args.quality_batch, su / rp)
-        report_quality(args, batches, seqs, curves, baseline, cfg_line)
+        results, seeds = {}, [int(x) for x in args.quality_seeds.split(",")]
+        for seed in seeds:
+            vocab, files = quality_data(work, args, seed)
+            (pu, ru, su), (pp, rp, _) = (padding_share(files[k], 128)
+                                         for k in ("train", "packed"))
+            baseline = unigram_baseline(files, args.quality_preds)
+            cfg_line = (f"bert_tiny (L=2, H=128), dropout 0, learned WordPiece vocab of "
+                        f"{sum(1 for _ in open(vocab, encoding='utf-8'))} (asked "
+                        f"{args.quality_vocab}); {args.quality_docs} training documents, "
+                        f"dupe_factor {args.quality_dupe} (static masks), masked_lm_prob "
+                        f"{args.quality_mask_prob}, max_predictions_per_seq "
+                        f"{args.quality_preds}; replicate {seed}: {su} sequences, padding "
+                        f"{pu:.1%} unpacked, {pp:.1%} packed ({rp} rows of <= "
+                        f"{args.quality_pack}); Adam-W lr {args.quality_lr}, warm-up "
+                        f"{max(1, args.quality_steps // 10)} steps then linear decay over "
+                        f"{args.quality_steps} steps; eval on {args.quality_eval_docs} "
+                        f"held-out documents; runs alternate every {args.quality_chunk} steps; "
+                        f"replicates (corpus, masks, order, initial weights): {args.quality_seeds}")
+            print(f"\n[time to quality, replicate {seed}] {cfg_line}", flush=True)
+            results[seed] = time_to_quality(files, vocab, args, args.quality_batch, su / rp,
+                                            seed)
+        report_quality(args, results, baseline, cfg_line)
+
 
 if __name__ == "__main__":
     main()

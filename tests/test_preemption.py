@@ -124,8 +124,9 @@ def test_an_ignored_sigint_stays_ignored():
     ignore = dict(preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert run("send", **ignore) == dict(watch=True, sigterm=True, stopped=0, after=True,
                                          guard=True)
-    # Not ignored at start: both install their handler for it.
-    assert run("look") == dict(watch=False, sigterm=True, stopped=0, after=False, guard=False)
+    # Not ignored at start (whatever this process inherited): both install their handler.
+    default = dict(preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert run("look", **default) == dict(watch=False, sigterm=True, stopped=0, after=False, guard=False)
 
 
 # ---- run_pretraining.py, one process ------------------------------------------------------
