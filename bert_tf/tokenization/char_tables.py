@@ -11,6 +11,7 @@ import unicodedata
 import numpy as np
 import tensorflow as tf
 
+from bert_tf.tokenization import probe_cache
 from bert_tf.tokenization import wordpiece as tokenization
 
 # Python control flow here is static (config, not tensors): skip autograph's slow conversion.
@@ -52,6 +53,7 @@ def _deleted_mask():
 
 
 @functools.lru_cache(maxsize=None)
+@probe_cache.cached()
 def char_classes():
     """Dict of RE2 character classes: delete, space, cjk, punct, mn."""
     cats = _categories()
@@ -74,6 +76,7 @@ def char_classes():
 
 
 @functools.lru_cache(maxsize=None)
+@probe_cache.cached(lambda v: tuple(tuple(p) for p in v))
 def case_fixups():
     """(char, Python's lower-case) for chars ICU's StringLower maps differently (newer Unicode).
 
@@ -118,6 +121,7 @@ def _sigma_context_tables():
 
 
 @functools.lru_cache(maxsize=None)
+@probe_cache.cached()
 def sigma_risky_class():
     """RE2 class of the characters next to which ICU's final-sigma rule may differ from
     Python's: those ICU reads as Cased / Case_Ignorable differently (another Unicode version).

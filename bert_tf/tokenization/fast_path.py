@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from bert_tf.tokenization import char_tables
+from bert_tf.tokenization import char_tables, probe_cache
 from bert_tf.tokenization import wordpiece as tokenization
 
 MAX_WORD_BYTES = tokenization.MAX_INPUT_CHARS_PER_WORD  # bytes; longer words -> exact path
@@ -128,6 +128,7 @@ def fast_mask(do_lower_case, strip_accents=None):
 
 
 @functools.lru_cache(maxsize=None)
+@probe_cache.cached()
 def _fast_mask(do_lower_case, strip):
     import unicodedata
     deleted = char_tables._deleted_mask()
@@ -179,6 +180,7 @@ def _fast_mask(do_lower_case, strip):
 
 
 @functools.lru_cache(maxsize=None)
+@probe_cache.cached()
 def split_risky_mask():
     """bool [0x110000]: characters of normalized text that FastWordpiece's own splitting
     (whitespace, punctuation, CJK) treats differently from the original."""

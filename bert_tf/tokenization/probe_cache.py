@@ -1,0 +1,97 @@
+"""On-disk cache of the in-graph tokenizer's character probes.
+
+Building a text-in tokenizer probes every code point through Python's `unicodedata` and
+tensorflow-text's ops (about 4 s in a new process). The results are a function of those
+versions and of this package's tokenization code only, so they are kept under
+`$BERT_TF_CACHE` (default `$XDG_CACHE_HOME/bert_tf`, else `~/.cache/bert_tf`) in files named
+by a hash of all of that. `BERT_TF_CACHE=off` turns the cache off. A cache that cannot be
+read or written is recomputed and never an error; files are written to a temp name, then
+renamed.
+"""
+import functools
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import unicodedata
+
+import numpy as np
+
+
+@functools.lru_cache(maxsize=None)
+def _fingerprint():
+    """What the probes depend on: Python (its Unicode tables), TF, tensorflow-text (its ICU)
+    and the source of this package's tokenization modules."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+    h = hashlib.sha256()
+    for part in (sys.version, unicodedata.unidata_version, tf.__version__, tf_text.__version__):
+        h.update(part.encode() + b"\0")
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()[:20]
+
+
+def cache_dir():
+    """The cache folder, or None when `BERT_TF_CACHE=off`."""
+    where = os.environ.get("BERT_TF_CACHE")
+    if where is not None:
+        return None if where.strip().lower() in ("off", "0", "") else where
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "bert_tf")
+
+
+def _path(name, args):
+    folder = cache_dir()
+    if folder is None:
+        return None
+    tag = "-".join([name] + [str(a) for a in args])
+    return os.path.join(folder, f"probe-{tag}-{_fingerprint()}.npz")
+
+
+def _load(path):
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if "json" in data:
+                return json.loads(str(data["json"]))
+            return np.unpackbits(data["bits"])[:int(data["size"])].astype(bool)
+    except Exception:  # missing, partial or foreign: recompute
+        return None
+
+
+def _save(path, value):
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            if isinstance(value, np.ndarray):
+                np.savez(f, bits=np.packbits(value), size=np.int64(value.size))
+            else:
+                np.savez(f, json=np.array(json.dumps(value)))
+        os.replace(tmp, path)
+    except Exception:  # read-only home, full disk: the next process probes again
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def cached(decode=None):
+    """Decorator: keep a probe's result (a bool mask, or JSON-able data turned back into its
+    type by `decode`) on disk; the arguments (bools) are part of the file name."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def probe(*args):
+            path = _path(fn.__name__.lstrip("_"), args)
+            value = _load(path) if path else None
+            if value is not None:
+                return decode(value) if decode else value
+            value = fn(*args)
+            if path:
+                _save(path, value)
+            return value
+        return probe
+    return wrap

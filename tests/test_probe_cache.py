@@ -1,0 +1,85 @@
+"""The on-disk cache of the in-graph tokenizer's character probes gives exactly what probing
+gives, survives a corrupt file, and can be turned off."""
+import os
+
+import numpy as np
+import pytest
+
+from bert_tf.tokenization import char_tables, fast_path, probe_cache
+
+# (probe with its lru_cache, arguments); `.__wrapped__` is the disk-cached probe.
+PROBES = [(char_tables.char_classes, ()), (char_tables.case_fixups, ()),
+          (char_tables.sigma_risky_class, ()), (fast_path._fast_mask, (True, True)),
+          (fast_path._fast_mask, (False, False)), (fast_path.split_risky_mask, ())]
+
+
+def _same(a, b):
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+def test_cached_probes_equal_probing_and_a_corrupt_file_is_probed_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("BERT_TF_CACHE", str(tmp_path))
+    for fn, args in PROBES:
+        probed = fn.__wrapped__(*args)  # empty cache: probes, then writes
+        files = os.listdir(tmp_path)
+        path = probe_cache._path(fn.__wrapped__.__name__.lstrip("_"), args)
+        assert os.path.basename(path) in files and not [f for f in files if f.endswith(".tmp")]
+        assert _same(fn.__wrapped__(*args), probed), fn.__name__  # read back
+        assert _same(fn(*args), probed), fn.__name__  # what this process computed itself
+    # A truncated file (a killed writer on another file system, say): probed again, rewritten.
+    fn, args = PROBES[1]
+    path = probe_cache._path("case_fixups", ())
+    with open(path, "r+b") as f:
+        f.truncate(10)
+    assert _same(fn.__wrapped__(*args), fn(*args))
+    assert _same(probe_cache._load(path), [list(p) for p in fn(*args)])
+
+
+def test_off_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("BERT_TF_CACHE", "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert probe_cache.cache_dir() is None
+    assert _same(char_tables.case_fixups.__wrapped__(), char_tables.case_fixups())
+    assert os.listdir(tmp_path) == []
+
+
+def test_default_folder_and_an_unwritable_one(tmp_path, monkeypatch):
+    monkeypatch.delenv("BERT_TF_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert probe_cache.cache_dir() == str(tmp_path / "xdg" / "bert_tf")
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("BERT_TF_CACHE", str(blocked / "cache"))
+    assert _same(char_tables.case_fixups.__wrapped__(), char_tables.case_fixups())  # no error
+    assert blocked.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("name", ["tokenization_source", "tensorflow_text"])
+def test_the_file_name_changes_with_what_the_probes_depend_on(name, monkeypatch):
+    before = probe_cache._fingerprint()
+    probe_cache._fingerprint.cache_clear()
+    if name == "tensorflow_text":
+        import tensorflow_text
+        monkeypatch.setattr(tensorflow_text, "__version__", tensorflow_text.__version__ + ".x")
+    else:
+        real = open
+        here = os.path.dirname(probe_cache.__file__)
+
+        def edited(path, *a, **k):
+            f = real(path, *a, **k)
+            if os.path.dirname(os.path.abspath(path)) == here and path.endswith("wordpiece.py"):
+                data = f.read() + b"\n# edited\n"
+                f.close()
+                import io
+                return io.BytesIO(data)
+            return f
+        monkeypatch.setattr("builtins.open", edited)
+    try:
+        assert probe_cache._fingerprint() != before
+    finally:
+        monkeypatch.undo()
+        probe_cache._fingerprint.cache_clear()
+    assert probe_cache._fingerprint() == before
