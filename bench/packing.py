@@ -313,7 +313,7 @@ def report_quality(args, results, baseline, cfg_line):
     print(line)
     target = means["unpacked"][-1][2]
     need = max(2 * baseline, baseline + 0.05)
-    print(f"\ntime to quality (mean curves): packed "
+    print("\ntime to quality (mean curves): packed "
           + ("never reaches" if ratio is None else f"{ratio:.2f}x faster to")
           + f" the unpacked final accuracy {target:.3f}; goal >= 1.4x: "
           + ("met" if ratio and ratio >= 1.4 else "NOT met"))

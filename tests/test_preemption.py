@@ -126,7 +126,8 @@ def test_an_ignored_sigint_stays_ignored():
                                          guard=True)
     # Not ignored at start (whatever this process inherited): both install their handler.
     default = dict(preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert run("look", **default) == dict(watch=False, sigterm=True, stopped=0, after=False, guard=False)
+    assert run("look", **default) == dict(watch=False, sigterm=True, stopped=0, after=False,
+                                          guard=False)
 
 
 # ---- run_pretraining.py, one process ------------------------------------------------------

@@ -1,6 +1,7 @@
 """The on-disk cache of the in-graph tokenizer's character probes gives exactly what probing
 gives, survives a corrupt file, and can be turned off."""
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -58,25 +59,19 @@ def test_default_folder_and_an_unwritable_one(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["tokenization_source", "tensorflow_text"])
-def test_the_file_name_changes_with_what_the_probes_depend_on(name, monkeypatch):
+def test_the_file_name_changes_with_what_the_probes_depend_on(name, tmp_path, monkeypatch):
     before = probe_cache._fingerprint()
     probe_cache._fingerprint.cache_clear()
     if name == "tensorflow_text":
         import tensorflow_text
         monkeypatch.setattr(tensorflow_text, "__version__", tensorflow_text.__version__ + ".x")
-    else:
-        real = open
-        here = os.path.dirname(probe_cache.__file__)
-
-        def edited(path, *a, **k):
-            f = real(path, *a, **k)
-            if os.path.dirname(os.path.abspath(path)) == here and path.endswith("wordpiece.py"):
-                data = f.read() + b"\n# edited\n"
-                f.close()
-                import io
-                return io.BytesIO(data)
-            return f
-        monkeypatch.setattr("builtins.open", edited)
+    else:  # the same sources with one comment added to wordpiece.py
+        edited = tmp_path / "tokenization"
+        shutil.copytree(probe_cache._SOURCE_DIR, edited,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        with open(edited / "wordpiece.py", "a") as f:
+            f.write("# edited\n")
+        monkeypatch.setattr(probe_cache, "_SOURCE_DIR", str(edited))
     try:
         assert probe_cache._fingerprint() != before
     finally:

@@ -18,6 +18,8 @@ import unicodedata
 
 import numpy as np
 
+_SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))  # the tokenization package
+
 
 @functools.lru_cache(maxsize=None)
 def _fingerprint():
@@ -28,10 +30,9 @@ def _fingerprint():
     h = hashlib.sha256()
     for part in (sys.version, unicodedata.unidata_version, tf.__version__, tf_text.__version__):
         h.update(part.encode() + b"\0")
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in sorted(os.listdir(here)):
+    for name in sorted(os.listdir(_SOURCE_DIR)):
         if name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as f:
+            with open(os.path.join(_SOURCE_DIR, name), "rb") as f:
                 h.update(name.encode() + b"\0" + f.read())
     return h.hexdigest()[:20]
 
