@@ -56,9 +56,13 @@ demo: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python docs/build_site.py --site_dir site
 
+# The wheel needs no venv (a fresh clone has none): .venv's Python when there is one, else
+# python3. WHEEL_FLAGS: extra pip flags (the tests build offline: --no-build-isolation --no-index).
+WHEEL_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+WHEEL_FLAGS ?=
 wheel:
 	rm -f dist/bert_tf-*.whl
-	$(BIN)/pip wheel -q --no-deps . -w dist/
+	$(WHEEL_PY) -m pip wheel -q --no-deps $(WHEEL_FLAGS) . -w dist/
 
 # The wheel in a fresh Python 3.13 venv with the newest versions setup.py's ranges allow (no
 # constraints; downloads from PyPI), then a fast subset of the tests against the installed

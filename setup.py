@@ -37,8 +37,10 @@ EXTRAS = {
     "peers": ["keras-hub>=0.32", "tokenizers>=0.23", "tensorflow-hub>=0.16",
               "tf_keras>=2.20,<2.21", "kagglehub>=1.0", "kagglesdk>=0.1.28"],
     "beam": ["apache-beam>=2.77"],
-    # `make docs`: the documentation site (guides + API reference from the docstrings).
-    "docs": ["mkdocs>=1.6,<2", "mkdocstrings>=1.0", "mkdocstrings-python>=2.0"],
+    # `make docs`: the documentation site (guides + API reference from the docstrings; code
+    # highlighted by Pygments through pymdown-extensions at build time).
+    "docs": ["mkdocs>=1.6,<2", "mkdocstrings>=1.0", "mkdocstrings-python>=2.0",
+             "pymdown-extensions>=13.1", "pygments>=2.21"],
 }
 
 # The commands a pip install puts on PATH; bert_tf.commands.COMMANDS lists the same ones.

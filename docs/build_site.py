@@ -9,15 +9,22 @@ pages are laid out as in the repository (README.md at the top, the guides under
 bert_tf/resources/docs/), so the README's relative links work on GitHub and in the site alike.
 mkdocs runs with --strict: a warning (a broken link or anchor, a docstring that does not
 render, a page left out of the navigation) fails the build. Needs the `docs` extra.
+
+Docstrings stay written for help() and doctest; `SiteDocstrings` (a griffe extension) turns
+their `>>>` examples into highlighted code blocks and their aligned two-column text into tables
+for the site. Pages are `page.html` files, so the site also works opened from disk.
 """
 import argparse
+import html
 import os
-import shutil
+import re
 import subprocess
 import sys
 import tempfile
 
+import griffe
 import yaml
+from pygments.formatters import HtmlFormatter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -45,9 +52,18 @@ REFERENCE = {
 }
 MKDOCSTRINGS_OPTIONS = {
     "docstring_style": "google",
+    # Parameters as a list ("name – what it is"): the signatures carry no annotations, so a
+    # table's Type column would be empty.
+    "docstring_section_style": "list",
+    "extensions": [os.path.abspath(__file__) + ":SiteDocstrings"],
     # The docstrings say what a parameter is in words, without types; a parameter the
-    # docstring names but the signature lacks still warns (and fails the build).
-    "docstring_options": {"warn_missing_types": False, "warn_unknown_params": True},
+    # docstring names but the signature lacks still warns (and fails the build). Returns is
+    # prose: a wrapped line with a colon is not a second returned value (a leading `name:`
+    # is still a name, but a colon later in the line is not a type's end).
+    "docstring_options": {"warn_missing_types": False, "warn_unknown_params": True,
+                          "returns_multiple_items": False},
+    # Headings name the object; the signature is a highlighted block under it.
+    "separate_signature": True,
     "show_source": False,
     "show_root_heading": True,
     "show_root_full_path": True,
@@ -58,6 +74,101 @@ MKDOCSTRINGS_OPTIONS = {
     "show_if_no_docstring": False,
     "merge_init_into_class": True,
 }
+
+
+# The docstrings are written for help() and doctest; on the site, examples become code blocks
+# and aligned two-column text becomes a table.
+DOCTEST_DIRECTIVE = re.compile(r"\s*#\s*doctest:.*$")
+TABLE_ROW = re.compile(r"^(\S.*?)\s{2,}(\S.*)$")  # key, 2+ spaces, value
+SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Yields|Raises|Attributes|Examples?|"
+                     r"Notes?|Warnings?|Other Parameters|Receives|Warns):\s*$")
+
+
+def _indent(line):
+    return len(line) - len(line.lstrip())
+
+
+def _example(lines, i, out):
+    """A `>>>` example (to its first blank line) -> a fenced pycon block, no doctest directives."""
+    pad = " " * _indent(lines[i])
+    block = []
+    while i < len(lines) and lines[i].strip() and lines[i].startswith(pad):
+        block.append(pad + DOCTEST_DIRECTIVE.sub("", lines[i][len(pad):]).rstrip())
+        i += 1
+    if out and out[-1].strip():
+        out.append("")
+    out.extend([pad + "```pycon", *block, pad + "```", ""])
+    return i
+
+
+def _table(block):
+    """Aligned `key  value` lines (deeper-indented lines continue the value) -> an HTML table,
+    or None when the lines are not such a table."""
+    base = _indent(block[0])
+    split = [TABLE_ROW.match(line[base:]) for line in block]
+    cols = [base + m.start(2) for m in split if m]
+    if not cols:
+        return None
+    col = max(set(cols), key=cols.count)  # where most values start
+    rows, starts = [], []
+    for n, (line, match) in enumerate(zip(block, split)):
+        text = line.strip()
+        if _indent(line) > base and rows:
+            rows[-1][1] += " " + text
+        elif match:
+            rows.append(list(match.groups()))
+            starts.append(base + match.start(2))
+        elif line[col - 1:col] == " " and line[col:col + 1] not in ("", " "):
+            rows.append([line[base:col].strip(), line[col:].strip()])  # a one-space gap
+            starts.append(col)
+        elif n == 0 and base > 0:
+            rows.append(["", text])  # an unlabelled first row
+        else:
+            return None
+    # At the left margin only a strictly aligned block is a table (not prose with 2 spaces).
+    if sum(bool(key) for key, _ in rows) < 2 or (base == 0 and len(set(starts)) > 1):
+        return None
+
+    def cell(text):
+        return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(" ".join(text.split()),
+                                                                    quote=False))
+    body = "".join(f"<tr><td>{cell(k)}</td><td>{cell(v)}</td></tr>" for k, v in rows)
+    return f'<table class="docstring-table"><tbody>{body}</tbody></table>'
+
+
+def site_docstring(text):
+    """A docstring as the site renders it (see above); fenced blocks are left as they are."""
+    lines, out, i, fence = text.splitlines(), [], 0, False
+    while i < len(lines):
+        line = lines[i]
+        prev = out[-1] if out else ""
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and line.lstrip().startswith(">>>"):
+            i = _example(lines, i, out)
+            continue
+        elif not fence and line.strip() and (not prev.strip() or (
+                _indent(line) > 0 and _indent(prev) == 0 and not SECTION.match(prev))):
+            # A paragraph, or an indented run after a plain line: a table?
+            end, base = i, _indent(line)
+            while end < len(lines) and lines[end].strip() and _indent(lines[end]) >= base:
+                end += 1
+            table = _table(lines[i:end])
+            if table:
+                out.extend(["", table, ""])
+                i = end
+                continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+class SiteDocstrings(griffe.Extension):
+    """Griffe extension (mkdocstrings' `extensions` option): `site_docstring` on every docstring."""
+
+    def on_object(self, *, obj, **kwargs):
+        if obj.docstring is not None:
+            obj.docstring.value = site_docstring(obj.docstring.value)
 
 
 def command_help(name, module):
@@ -86,6 +197,26 @@ def directive(obj):
     return f"::: {name}\n    options:\n      members: [{members}]"
 
 
+LIST_ITEM = re.compile(r"^(?:[-*+]|\d+\.) ")
+
+
+def copy_page(path, dest):
+    """Copies a Markdown page, with a blank line put before a list that follows a paragraph
+    line: GitHub starts the list there, Python-Markdown would run it into the paragraph."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    out, fence = [], False
+    for line in lines:
+        if line.startswith("```"):
+            fence = not fence
+        elif (not fence and LIST_ITEM.match(line) and out and out[-1].strip()
+              and not LIST_ITEM.match(out[-1]) and not out[-1].startswith((" ", "|", "#"))):
+            out.append("")
+        out.append(line)
+    with open(dest, "w", encoding="utf-8") as f:
+        f.write("\n".join(out))
+
+
 def stage(src, extra_pages=None, reference=True):
     """Writes the site's pages under `src`; returns mkdocs' nav.
 
@@ -94,11 +225,11 @@ def stage(src, extra_pages=None, reference=True):
         extra_pages: {path under src: markdown}, added to the guides (the tests' broken page).
         reference: also the API reference and the commands' pages.
     """
-    shutil.copy(os.path.join(ROOT, "README.md"), os.path.join(src, "index.md"))
+    copy_page(os.path.join(ROOT, "README.md"), os.path.join(src, "index.md"))
     os.makedirs(os.path.join(src, GUIDES_DIR))
     guides = []
     for name, (filename, what, _) in resources.GUIDES.items():
-        shutil.copy(resources.doc_file(name), os.path.join(src, GUIDES_DIR, filename))
+        copy_page(resources.doc_file(name), os.path.join(src, GUIDES_DIR, filename))
         with open(resources.doc_file(name), encoding="utf-8") as f:
             title = f.readline().lstrip("#").strip().replace("`", "")
         guides.append({title: f"{GUIDES_DIR}/{filename}"})
@@ -126,6 +257,20 @@ def stage(src, extra_pages=None, reference=True):
             {"Commands": flags}]
 
 
+def write_css(src):
+    """The site's stylesheet (Pygments' colours for `.highlight`, docstring tables); returns its
+    path under `src`."""
+    os.makedirs(os.path.join(src, "css"))
+    css = HtmlFormatter(style="default").get_style_defs(".highlight") + """
+.highlight pre { padding: .5em; }
+table.docstring-table td { padding: .2em .8em .2em 0; vertical-align: top; }
+table.docstring-table td:first-child { white-space: nowrap; font-weight: bold; }
+"""
+    with open(os.path.join(src, "css", "site.css"), "w", encoding="utf-8") as f:
+        f.write(css)
+    return "css/site.css"
+
+
 def build(site_dir, extra_pages=None, reference=True):
     """Builds the site into `site_dir`; returns the number of HTML pages (404 page left out).
 
@@ -143,9 +288,15 @@ def build(site_dir, extra_pages=None, reference=True):
             "site_description": "Google's original BERT workflow on TensorFlow 2.20 / Keras 3",
             "docs_dir": src,
             "site_dir": site_dir,
+            # page.html, not page/ (a folder): the links work opened from disk (file://).
+            "use_directory_urls": False,
+            # Code is highlighted at build time by Pygments (the theme's highlight.js would
+            # come from a CDN).
             "theme": {"name": "mkdocs", "highlightjs": False, "locale": "en"},
+            "extra_css": [write_css(src)],
             "nav": stage(src, extra_pages, reference),
-            "markdown_extensions": ["tables", "fenced_code", {"toc": {"permalink": True}}],
+            "markdown_extensions": ["tables", {"pymdownx.highlight": {"use_pygments": True}},
+                                    "pymdownx.superfences", {"toc": {"permalink": True}}],
             "plugins": ["search"] + ([{"mkdocstrings": {
                 "default_handler": "python",
                 "handlers": {"python": {"paths": [ROOT], "options": MKDOCSTRINGS_OPTIONS}}}}]

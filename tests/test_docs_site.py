@@ -1,6 +1,10 @@
 """`make docs`: the documentation site builds offline with mkdocs --strict (issue 34), so a
 broken link or anchor, a docstring that does not render or a command whose --help fails breaks
-the build, and the build here."""
+the build, and the build here. What --strict does not see is checked in the HTML (issue 40):
+docstring examples are highlighted code, aligned text is a table, no empty Type column. And
+every installed command is listed wherever the docs list the commands."""
+import ast
+import glob
 import importlib.util
 import os
 import re
@@ -19,8 +23,34 @@ def _builder():
 
 
 def _read(site, page):
-    with open(os.path.join(site, page, "index.html"), encoding="utf-8") as f:
+    with open(os.path.join(site, "index.html" if page == "." else page + ".html"),
+              encoding="utf-8") as f:
         return f.read()
+
+
+def _reader_problems(html):
+    """What a reader would see broken on a page, as short strings (empty: none)."""
+    problems = []
+    outside_code = re.sub(r"<pre\b.*?</pre>", "", html, flags=re.S)
+    # Markdown reads a bare `>>>` as three nested block quotes.
+    if ("&gt;&gt;&gt;" in outside_code or ">>> " in outside_code
+            or re.search(r"<blockquote>\s*<blockquote>", outside_code)):
+        problems.append(">>> outside a code block")
+    for directive in re.findall(r"doctest:\s*[+-]\w+", html):
+        problems.append(f"doctest directive shown: {directive}")
+    for table in re.findall(r"<table\b.*?</table>", html, flags=re.S):
+        heads = [re.sub(r"<[^>]+>|\s", "", h) for h in re.findall(r"<th\b.*?</th>", table, re.S)]
+        if "Type" in heads:
+            col = heads.index("Type")
+            for row in re.findall(r"<tr\b.*?</tr>", table.split("</thead>")[-1], flags=re.S):
+                cells = re.findall(r"<td\b.*?</td>", row, flags=re.S)
+                if col < len(cells) and not re.sub(r"<[^>]+>|\s", "", cells[col]):
+                    problems.append("empty Type cell")
+    # Aligned plain text run together into one paragraph (a table or list that did not render).
+    for par in re.findall(r"<p>(.*?)</p>", html, flags=re.S):
+        if re.search(r"\S {3,}\S|\n {2,}\S|\n[-*] ", par):
+            problems.append(f"aligned text in a paragraph: {par[:60]!r}")
+    return problems
 
 
 def test_site_builds_with_warnings_as_errors(tmp_path):
@@ -35,7 +65,7 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     # The home page is the README, and its links to the guides resolve to their pages.
     home = _read(site, ".")
     for guide in guides:
-        assert f'href="{guide}/"' in home, guide
+        assert f'href="{guide}.html"' in home, guide
     # Docstrings rendered: from_pretrained's Args are a parameter table with its parameters.
     page = _read(site, "reference/from_pretrained")
     assert re.search(r'id="bert_tf\.pretrained\.from_pretrained"', page)
@@ -47,6 +77,68 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     assert "--init_checkpoint" in _read(site, "reference/commands/bert-run-pretraining")
     assert "--max_predictions_per_seq" in _read(site,
                                                 "reference/commands/bert-create-pretraining-data")
+    # Issue 40: every page reads right.
+    problems = {}
+    for path in glob.glob(os.path.join(site, "**", "*.html"), recursive=True):
+        with open(path, encoding="utf-8") as f:
+            found = _reader_problems(f.read())
+        if found:
+            problems[os.path.relpath(path, site)] = found
+    assert problems == {}
+    # The examples are Pygments-highlighted pycon blocks, one line each.
+    page = _read(site, "reference/from_pretrained")
+    assert page.count('<span class="gp">&gt;&gt;&gt; </span>') == 2
+    assert page.count('<span class="gp">... </span>') == 1
+    assert ".highlight .gp" in open(os.path.join(site, "css", "site.css")).read()
+    assert '<link href="../css/site.css" rel="stylesheet">' in page
+    # The aligned source table is a table; parameters are a list, with no Type column.
+    (table,) = re.findall(r'<table class="docstring-table">.*?</table>', page)
+    assert re.findall(r"<tr><td>(.*?)</td>", table) == [
+        "original / training / Model Garden", "Hugging Face", "keras-hub", "SavedModels"]
+    assert "<tr><td>Hugging Face</td><td><code>config.json</code>" in table
+    assert "<th>Type</th>" not in page and "<b><code>seq_length</code></b>" in page
+
+
+def test_reader_problems_are_caught():
+    """The HTML checks above fail on what the site showed before issue 40."""
+    before = ("<blockquote><blockquote><blockquote><p>clf.fit(x)   # doctest: +SKIP</p>"
+              "</blockquote></blockquote></blockquote>"
+              "<table><thead><tr><th>Name</th><th>Type</th></tr></thead><tbody><tr><td>"
+              "<code>a</code></td><td>\n</td></tr></tbody></table>"
+              "<p>Hugging Face   <code>config.json</code></p>")
+    assert _reader_problems(before) == [
+        ">>> outside a code block", "doctest directive shown: doctest: +SKIP", "empty Type cell",
+        "aligned text in a paragraph: 'clf.fit(x)   # doctest: +SKIP'",
+        "aligned text in a paragraph: 'Hugging Face   <code>config.json</code>'"]
+    assert _reader_problems("<p>&gt;&gt;&gt; x = 1</p>") == [">>> outside a code block"]
+    assert _reader_problems('<div class="highlight"><pre><span class="gp">&gt;&gt;&gt; </span>'
+                            "x</pre></div><table><thead><tr><th>Type</th></tr></thead><tbody>"
+                            "<tr><td><code>int</code></td></tr></tbody></table>") == []
+
+
+def test_docstrings_for_the_site():
+    """Examples become fenced pycon blocks without doctest directives; aligned `key  value`
+    lines (deeper lines continue a value; a one-space gap at the common column) become a table;
+    prose, Args sections and fenced blocks stay."""
+    builder = _builder()
+    doc = ("Intro:\n\n"
+           "  alpha   the first, with `code`\n"
+           "          and more\n"
+           "  bet     b < c\n"
+           "  longkey the third\n\n"
+           ">>> f(1,\n...   2)   # doctest: +SKIP\n3\n\n"
+           "Prose  with two spaces.  Twice.\nAnd a second line.\n\n"
+           "Args:\n    a:  one\n    b:  two\n\n"
+           "```text\n>>> kept\n```")
+    assert builder.site_docstring(doc).split("\n") == [
+        "Intro:", "", "",
+        '<table class="docstring-table"><tbody><tr><td>alpha</td><td>the first, with '
+        "<code>code</code> and more</td></tr><tr><td>bet</td><td>b &lt; c</td></tr>"
+        "<tr><td>longkey</td><td>the third</td></tr></tbody></table>", "", "",
+        "```pycon", ">>> f(1,", "...   2)", "3", "```", "", "",
+        "Prose  with two spaces.  Twice.", "And a second line.", "",
+        "Args:", "    a:  one", "    b:  two", "",
+        "```text", ">>> kept", "```"]
 
 
 def test_broken_links_fail_the_build(tmp_path, capsys):
@@ -58,6 +150,54 @@ def test_broken_links_fail_the_build(tmp_path, capsys):
     err = capsys.readouterr().err
     assert re.search(r"WARNING.*broken\.md.*no_such_guide\.md", err), err
     assert re.search(r"WARNING.*broken\.md.*no-such-part", err), err
+
+
+def _entry_points():
+    """setup.py's console commands (read, not run)."""
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    (scripts,) = [ast.literal_eval(node.value) for node in tree.body
+                  if isinstance(node, ast.Assign) and node.targets[0].id == "CONSOLE_SCRIPTS"]
+    return {s.split("=")[0].strip() for s in scripts}
+
+
+def _named(text, commands, scripts=False):
+    """The commands `text` names: `bert-x`, or (scripts=True) also the checkout's `x.py`."""
+    return ({c for c in commands if f"`{c}" in text or f" {c} " in text} | (
+        {c for c in commands if re.search(rf"\b{c[5:].replace('-', '_')}\.py\b", text)}
+        if scripts else set()))
+
+
+def _part(path, start, stop=r"\n\n"):
+    """The text of `path` from the regex `start` to the next `stop`."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(start, text)
+    assert m, (path, start)
+    return text[m.start():][:re.search(stop, text[m.start() + 1:]).start() + 1]
+
+
+def test_every_command_is_listed():
+    """Issue 40: each list of the installed commands holds setup.py's entry points, all of them
+    (bert-pack-pretraining-data was left out); the long-runs guide names every command that
+    resumes and exits 75."""
+    commands = _entry_points()
+    assert len(commands) == 10 and "bert-pack-pretraining-data" in commands
+    docs = "bert_tf/resources/docs/"
+    lists = {
+        "README.md": _part("README.md", r"`pip install` puts them on PATH", r"\);"),
+        "install.md": _part(docs + "install.md", r"`pip install` gives the original scripts"),
+        "commands.md": _part(docs + "commands.md", r"The\s+commands:", r"\)\.\n"),
+    }
+    for doc, text in lists.items():
+        assert _named(text, commands) == commands, (doc, commands - _named(text, commands))
+    with open(os.path.join(ROOT, docs, "commands.md"), encoding="utf-8") as f:
+        assert "\n## Packing pre-training data\n\n`bert-pack-pretraining-data`" in f.read()
+    # Commands that run briefly or start over: not in the long-runs guide. A new command goes
+    # in the guide or here.
+    one_shot = {"bert-extract-features", "bert-export-savedmodel", "bert-convert", "bert-demo"}
+    with open(os.path.join(ROOT, docs, "long_runs.md"), encoding="utf-8") as f:
+        assert _named(f.read(), commands, scripts=True) == commands - one_shot
 
 
 def test_readme_is_a_front_page():

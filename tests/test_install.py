@@ -36,20 +36,36 @@ def _check(proc, what):
     return proc
 
 
+def _clean_copy(dest):
+    """The files a clone of the checkout would have (tracked or committable; no .venv, build/,
+    egg-info or caches)."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        path = os.path.join(ROOT, name)
+        if not os.path.lexists(path):  # deleted, not yet committed
+            continue
+        os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), os.path.join(dest, name))
+        else:
+            shutil.copy2(path, os.path.join(dest, name))
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    """Builds the wheel from a copy of the sources (no build/ or egg-info in the checkout)."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    src.mkdir()
-    shutil.copy(os.path.join(ROOT, "setup.py"), src)
-    shutil.copytree(os.path.join(ROOT, "bert_tf"), src / "bert_tf",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    # Offline: the build uses this venv's setuptools instead of downloading one.
-    _check(subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                           "--no-build-isolation", "--no-index", "-w", str(tmp / "dist"),
-                           str(src)], capture_output=True, text=True, timeout=300), "pip wheel")
-    (path,) = (tmp / "dist").glob("bert_tf-*.whl")
+    """Builds the wheel the README's way, `make wheel`, in a clean copy of the checkout (no
+    .venv: the target must not need one)."""
+    src = tmp_path_factory.mktemp("wheel") / "clone"
+    _clean_copy(str(src))
+    assert not (src / ".venv").exists()
+    # The target's own choice of Python (python3 on PATH: this one's); offline, the build uses
+    # its setuptools instead of downloading one.
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    _check(subprocess.run(["make", "-s", "wheel", "WHEEL_FLAGS=--no-build-isolation --no-index"],
+                          cwd=src, env=env, capture_output=True, text=True, timeout=300),
+           "make wheel")
+    (path,) = (src / "dist").glob("bert_tf-*.whl")
     return str(path)
 
 
