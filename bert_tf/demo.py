@@ -109,6 +109,35 @@ def _say(text):
     print(f"\n==> {text}", flush=True)
 
 
+def cpu_seconds():
+    """CPU seconds of this process and its finished steps (user + system): on a shared machine
+    wall time grows with the others' load, this far less."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class StepClock:
+    """Each step's wall and CPU seconds, printed as it ends and listed in the summary."""
+
+    def __init__(self):
+        self.rows, self._current = [], None
+
+    def start(self, text):
+        """Ends the running step and starts the one `text` announces (`_say`s it)."""
+        self.stop()
+        _say(text)
+        self._current = (text.split(" ", 1)[0], time.time(), cpu_seconds())
+
+    def stop(self):
+        """Ends the running step, printing `(step N/6: W s, CPU C s)`."""
+        if self._current:
+            step, wall, cpu = self._current
+            self.rows.append((step, time.time() - wall, cpu_seconds() - cpu))
+            print(f"(step {step}: {self.rows[-1][1]:.1f} s, CPU {self.rows[-1][2]:.1f} s)",
+                  flush=True)
+            self._current = None
+
+
 def _noise():
     """TF start-up lines a user cannot act on (the commands drop them themselves; the
     vocab builder and demo_predict.py do not): kept in the step's log, not echoed."""
@@ -169,9 +198,15 @@ def _command(module):
 
 
 def _next_version(export_base, names):
-    """One version number for the three exports of this run: above every existing one."""
-    from bert_tf.export import serving
-    return max(serving.next_version(posixpath.join(export_base, n)) for n in names)
+    """One version number for the exports of this run: above every existing one (TF Serving's
+    integer folders). Local folders are listed without TensorFlow: importing it here cost the
+    demo ~5 s of one core before pre-training could start."""
+    if not fileio.is_local(export_base):
+        from bert_tf.export import serving
+        return max(serving.next_version(posixpath.join(export_base, n)) for n in names)
+    versions = [int(v) for n in names if os.path.isdir(os.path.join(export_base, n))
+                for v in os.listdir(os.path.join(export_base, n)) if re.fullmatch(r"[0-9]+", v)]
+    return max(versions, default=0) + 1
 
 
 def write_demo_config(base_config_file, vocab_file, path, dropout=0.0):
@@ -244,26 +279,26 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
             iterations_per_loop, seed: as the flags of the same names of the scripts the demo
             runs.
     """
-    start = time.time()
+    start, clock = time.time(), StepClock()
     os.makedirs(output_dir, exist_ok=True)
     output_dir = os.path.abspath(output_dir)
     export_base = os.path.abspath(export_base)
     lower = f"--do_lower_case={str(do_lower_case).lower()}"
 
     if not vocab_file:
-        _say("1/6 learn a WordPiece vocab from the corpus")
+        clock.start("1/6 learn a WordPiece vocab from the corpus")
         vocab_file = os.path.join(output_dir, "vocab.txt")
         _run([sys.executable, "-m", "bert_tf.tokenization.vocab_builder",
               f"--input_file={input_file}", f"--output_file={vocab_file}",
               f"--vocab_size={vocab_size}", lower])
     else:
-        _say(f"1/6 use the given vocab {vocab_file}")
+        clock.start(f"1/6 use the given vocab {vocab_file}")
     config_file = os.path.join(output_dir, "bert_config.json")
     cfg = write_demo_config(bert_config_file, vocab_file, config_file)
     print(f"model: L={cfg.num_hidden_layers} H={cfg.hidden_size} A={cfg.num_attention_heads} "
           f"vocab={cfg.vocab_size} -> {config_file}")
 
-    _say("2/6 bert-create-pretraining-data: text -> masked-LM/NSP TFRecords")
+    clock.start("2/6 bert-create-pretraining-data: text -> masked-LM/NSP TFRecords")
     data_dir = os.path.join(output_dir, "tfrecords")
     os.makedirs(data_dir, exist_ok=True)
     shards = ",".join(os.path.join(data_dir, f"train-{i}-of-2.tfrecord") for i in range(2))
@@ -280,8 +315,8 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
     fill_mask_dir, _, pre_dir, enc_dir = (posixpath.join(export_base, n, str(version))
                                           for n in names)
 
-    _say("3/6 bert-run-pretraining: masked-LM + NSP pre-training (exports text-in SavedModels "
-         "at the end)")
+    clock.start("3/6 bert-run-pretraining: masked-LM + NSP pre-training (exports text-in "
+                "SavedModels at the end)")
     # Static masks: dupe_factor copies of each sentence, each masked differently at
     # masked_lm_prob (--dynamic_masking draws at BERT's 0.15, which learns this corpus far slower).
     train_dir = os.path.join(output_dir, "pretraining")
@@ -303,13 +338,14 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
         log_path=os.path.join(output_dir, "pretraining.log"))
     losses = parse_losses(train_log)
 
-    _say("4/6 the exports bert-run-pretraining wrote (TF Serving layout, warm-up requests)")
+    clock.start("4/6 the exports bert-run-pretraining wrote (TF Serving layout, warm-up "
+                "requests)")
     for path in (posixpath.join(export_base, n, str(version)) for n in names):
         if not os.path.exists(os.path.join(path, "saved_model.pb")):
             raise BertError(f"{path}: bert-run-pretraining did not export it")
         print(f"  {path}")
 
-    _say("5/6 a fresh process loads the exports with plain Keras (no bert_tf import)")
+    clock.start("5/6 a fresh process loads the exports with plain Keras (no bert_tf import)")
     print("The fill-mask sentences are from the training corpus: the model saw them, so the "
           "right words show\nthat the pipeline learns, not that the model generalises (that "
           "takes a real corpus).")
@@ -327,11 +363,12 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
     print("cosine of same-topic pairs: " + ", ".join(f"{c:.2f}" for c in check["same"])
           + "; of unrelated pairs: " + ", ".join(f"{c:.2f}" for c in check["cross"]))
 
-    _say("6/6 serve it with stock TF Serving")
+    clock.start("6/6 serve it with stock TF Serving")
     print(serving_instructions(export_base, MODEL_NAME))
+    clock.stop()
     progress = parse_progress(train_log)
     print(summary(progress, train_log, [posixpath.join(export_base, n, str(version))
-                                        for n in names], time.time() - start))
+                                        for n in names], time.time() - start, clock.rows))
     print(next_commands(vocab_file, config_file, train_dir, export_base, do_lower_case))
     return {"vocab_file": vocab_file, "config_file": config_file, "train_dir": train_dir,
             "fill_mask_dir": fill_mask_dir, "preprocessor_dir": pre_dir, "encoder_dir": enc_dir,
@@ -339,7 +376,7 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
             "check": check}
 
 
-def summary(progress, train_log, export_dirs, seconds):
+def summary(progress, train_log, export_dirs, seconds, steps=()):
     """The closing table: loss and masked-LM accuracy at the first and last loop, the eval's,
     and each export with its size.
 
@@ -348,6 +385,7 @@ def summary(progress, train_log, export_dirs, seconds):
         train_log: bert-run-pretraining's output (for the eval line).
         export_dirs: the export version folders.
         seconds: the demo's wall time.
+        steps: [(step, wall seconds, CPU seconds)] (`StepClock.rows`).
     """
     rows = [f"{'':12}{'step':>6}{'loss':>9}{'MLM accuracy':>14}"]
     for label, (step, loss, acc) in (("first loop", progress[0]), ("last loop", progress[-1])):
@@ -357,6 +395,9 @@ def summary(progress, train_log, export_dirs, seconds):
         rows.append(f"{'eval':12}{m[1]:>6}{float(m[2]):>9.3f}{float(m[3]):>14.3f}")
     rows.append("")
     rows += [f"{_shown(d):58} {_size(d):>8}" for d in export_dirs]
+    if steps:
+        rows += ["", "step  seconds  CPU seconds"]
+        rows += [f"{step:4} {wall:8.1f} {cpu:12.1f}" for step, wall, cpu in steps]
     return (f"\n==> summary (demo finished in {seconds:.0f} s)\n" + "\n".join(rows))
 
 

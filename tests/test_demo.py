@@ -72,6 +72,35 @@ def test_check_predictions_counts_hits_and_splits_pairs():
                    "cross": [.2, .3, .5, .6, .4, .1, .2, .3, .7, .1, .4, .5]}
 
 
+def test_each_step_prints_its_wall_and_cpu_seconds(capsys, monkeypatch):
+    """Issue 40: the demo says where its time goes (the summary lists every step)."""
+    now = iter([100.0, 102.5, 102.5, 160.0])
+    cpu = iter([10.0, 11.0, 11.0, 121.5])
+    monkeypatch.setattr(demo.time, "time", lambda: next(now))
+    monkeypatch.setattr(demo, "cpu_seconds", lambda: next(cpu))
+    clock = demo.StepClock()
+    clock.start("1/6 learn a vocab")
+    clock.start("3/6 pre-train")
+    clock.stop()
+    clock.stop()  # no step running: nothing
+    assert capsys.readouterr().out == ("\n==> 1/6 learn a vocab\n(step 1/6: 2.5 s, CPU 1.0 s)\n"
+                                       "\n==> 3/6 pre-train\n(step 3/6: 57.5 s, CPU 110.5 s)\n")
+    table = demo.summary([(10, 5.0, 0.1), (20, 4.0, 0.2)], "", [], 60, clock.rows)
+    assert table.endswith("step  seconds  CPU seconds\n1/6       2.5          1.0\n"
+                          "3/6      57.5        110.5")
+
+
+def test_export_version_is_found_without_tensorflow(tmp_path):
+    for folder in ("bert_demo/3", "bert_demo_encoder/7", "bert_demo_encoder/notes"):
+        (tmp_path / folder).mkdir(parents=True)
+    code = ("import sys; from bert_tf import demo; "
+            f"print(demo._next_version({str(tmp_path)!r}, ['bert_demo', 'bert_demo_encoder', "
+            "'bert_demo_x']), 'tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), timeout=60).stdout
+    assert out.split() == ["8", "False"]
+
+
 def test_failed_step_is_one_line_error(tmp_path):
     with pytest.raises(demo.BertError, match=r"^bert_tf.tokenization.vocab_builder: step failed \(exit 1\)"):
         demo.run_demo(str(tmp_path / "out"), str(tmp_path / "export"),
@@ -126,6 +155,11 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert "bert-run-classifier --task_name=mrpc" in printed
     step5 = printed.split("==> 5/6")[1].split("==> 6/6")[0]
     assert "right word in the top 5: " in step5 and '{"' not in step5  # no raw JSON
+
+    # Each step says how long it took, wall and CPU seconds (issue 40), and the summary lists them.
+    steps = re.findall(r"\(step (\d)/6: [0-9.]+ s, CPU [0-9.]+ s\)\n", printed)
+    assert steps == ["1", "2", "3", "4", "5", "6"], printed
+    assert re.search(r"step  seconds  CPU seconds\n(\d/6 +[0-9.]+ +[0-9.]+\n?){6}", printed)
 
     # What step 6 prints: how to serve this very export.
     assert f"--model_base_path={export_base}/bert_demo" in printed

@@ -245,13 +245,22 @@ def test_all_empty_and_many_problems(tmp_path, caplog):
         p = tmp_path / f"t{i}.txt"
         p.write_text("hello world, plain text")
         bad.append(p)
-    with caplog.at_level(logging.ERROR, logger="bert_tf.training.preflight"):
+    # One problem, one line (issue 40): the same problem in other files is counted, not logged.
+    with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
         msg = _error(bad)
     assert msg == (f"--input_file {bad[0]}: not a TFRecord file (it starts with 'hello world, "
                    "plain text'): pass the TFRecord files written by create_pretraining_data.py "
-                   "(and 2 more file(s) with problems, logged)")
-    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
-        f"--input_file {p}" for p in bad]
+                   "(the same in 2 more file(s))")
+    assert caplog.records == []
+    # A different problem of another file is its own warning line; the first is not repeated.
+    (tmp_path / "dir.tfrecord").mkdir()
+    with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+        msg = _error(bad + [tmp_path / "dir.tfrecord"])
+    assert msg.endswith("(the same in 2 more file(s); 1 more file(s) with other problems, "
+                        "listed above)")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"--input_file {tmp_path / 'dir.tfrecord'}: is a directory: pass a glob of "
+                    f"the files in it, e.g. --input_file={tmp_path / 'dir.tfrecord'}/*")]
 
 
 def test_sample_of_many_files_is_even_and_deterministic(tmp_path):
@@ -364,3 +373,110 @@ def test_run_pretraining_in_graph_checks_and_skip_corrupt_records(tmp_path):
             "corrupt or truncated: skipped the rest of the file (--skip_corrupt_records): "
             f"4 record(s), {len(data) - pos} bytes lost") in res.stderr
     assert (tmp_path / "crc" / "checkpoint").exists()
+
+
+# ---- issue 40: one line, before TensorFlow; messages and figures that say what they are ------
+
+def _packed_shards(tmp_path):
+    """400 sequences (seq 64, 7..64 tokens) packed into 2 shards by bert-pack-pretraining-data
+    (its journal in packed/.bert_tf/); returns (shard paths, journal dict)."""
+    from bert_tf.pretraining_data.packing_run import PackOptions, run
+    (tmp_path / "data").mkdir()
+    for i in range(2):
+        write_pretraining_records(tmp_path / "data" / f"u{i}.tfrecord", 200, seq_len=64,
+                                  seed=i, min_len=7)
+    journal = run(PackOptions(input_file=str(tmp_path / "data" / "u*.tfrecord"),
+                              output_file=str(tmp_path / "packed" / "p.tfrecord"),
+                              output_shards=2, max_seq_length=64, max_predictions_per_seq=5,
+                              progress=False))
+    return sorted(str(p) for p in (tmp_path / "packed").glob("p.tfrecord-*")), journal
+
+
+def test_figures_say_what_they_cover(tmp_path, caplog):
+    """The line gives the whole data's figures from the packer's journal, else says they are
+    a sample and of how many records; a step's sequences for packed rows (issue 39)."""
+    from bert_tf.training import preflight
+    shards, journal = _packed_shards(tmp_path)
+    t, shape = journal["totals"], (64, journal["num_predictions"], 3)
+    with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+        info = check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32)
+    per_row = t["sequences_in"] / t["packs_out"]
+    assert (info["source"], info["rows"], info["sequences"]) == ("journal", t["packs_out"],
+                                                                 t["sequences_in"])
+    assert info["padding"] == pytest.approx(t["padding_share_after"], abs=1e-6)
+    assert caplog.messages == [
+        f"pre-flight: packed records (up to 3 sequences per pack; {shape[1]} predictions), 8 "
+        f"record(s) of 2 file(s) checked; the whole data (the packer's journal): "
+        f"{t['packs_out']} rows holding {t['sequences_in']} sequences, {per_row:.2f} sequences "
+        f"per row on average, padding {100 * t['padding_share_after']:.1f}% of the tokens; a "
+        f"step of --train_batch_size=32 rows holds {32 * per_row:.1f} sequences on average"]
+    caplog.clear()
+    # The same files again (another input pipeline): no second line.
+    with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+        check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32)
+    assert caplog.messages == []
+    # Without the journal: the sampled records' figures, said to be a sample.
+    for p in (tmp_path / "packed" / ".bert_tf").iterdir():
+        p.unlink()
+    preflight._LOGGED.clear()
+    with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+        info = check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32)
+    assert info["source"] == "sample" and "rows" not in info
+    assert caplog.messages == [
+        f"pre-flight: packed records (up to 3 sequences per pack; {shape[1]} predictions), 8 "
+        f"record(s) of 2 file(s) checked; in a sample, the first 8 record(s) (4 at most of each "
+        f"file): {info['sequences_per_row']:.2f} sequences per row on average, padding "
+        f"{100 * info['padding']:.1f}% of the tokens; a step of --train_batch_size=32 rows holds "
+        f"{32 * info['sequences_per_row']:.1f} sequences on average"]
+
+
+def test_dynamic_masking_on_packed_records_says_what_to_do(tmp_path):
+    from bert_tf.training.options import PretrainingOptions
+    from bert_tf.training.preflight_run import check_run
+    shards, _ = _packed_shards(tmp_path)
+    o = PretrainingOptions(input_file=",".join(shards), output_dir=str(tmp_path / "out"),
+                           max_seq_length=64, max_predictions_per_seq=5, do_train=True,
+                           dynamic_masking=True)
+    with pytest.raises(BertError) as e:
+        check_run(o)
+    assert str(e.value) == (
+        "--dynamic_masking: packed records were masked when they were made "
+        "(bert-pack-pretraining-data keeps each sequence's masks), so training on them uses "
+        "those masks: drop --dynamic_masking, or pass the unpacked records to --input_file to "
+        "draw new masks at every read")
+    import dataclasses
+    assert check_run(dataclasses.replace(o, do_train=False, do_eval=True))["packed"]  # eval: ok
+
+
+def test_wrong_seq_length_on_packed_records_is_one_line_before_tensorflow(tmp_path):
+    """Issue 40: two absl `E... preflight.py` lines came before the error line, after ~12 s
+    (the strategy and the model were built first). Now: one line, TensorFlow never imported."""
+    import os
+    import subprocess
+    import sys
+    shards, _ = _packed_shards(tmp_path)
+    from conftest import tiny_bert_config
+    tiny_bert_config(vocab_size=VOCAB).to_json_file(str(tmp_path / "bert_config.json"))
+    driver = ("import atexit, sys; atexit.register(lambda: print('tensorflow imported:', "
+              "'tensorflow' in sys.modules)); sys.argv[0] = 'bert-run-pretraining'; "
+              "from bert_tf.commands.run_pretraining import main; main()")
+    res = subprocess.run(
+        [sys.executable, "-c", driver, f"--bert_config_file={tmp_path / 'bert_config.json'}",
+         f"--input_file={tmp_path / 'packed' / 'p.tfrecord-*'}",
+         f"--output_dir={tmp_path / 'out'}", "--max_seq_length=32", "--do_train"],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert res.returncode == 1
+    assert res.stderr.splitlines() == [
+        f"error: --input_file {shards[0]}: record 0: packed records have input_ids of length "
+        "64, not --max_seq_length=32: pass --max_seq_length=64 (the same in 1 more file(s))"]
+    assert res.stdout.splitlines() == ["tensorflow imported: False"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreadable_file_says_what_to_do(tmp_path):
+    gone = tmp_path / "gone.tfrecord"
+    gone.symlink_to(tmp_path / "moved-away.tfrecord")  # a file that vanished after the glob
+    assert check_file(str(gone), SEQ, PRED) == (
+        f"--input_file {gone}: cannot read it (No such file or directory): check that it exists "
+        "and is readable by this user, or remove it from --input_file", 0)

@@ -41,9 +41,12 @@ def app_main(argv):
     """Pre-trains with the parsed flags; a BertError exits with one `error: ...` line."""
     del argv
     try:
+        from bert_tf.training.preflight_run import check_run
+        options = script_flags.options_from_flags(PretrainingOptions)
+        check_run(options)  # before TensorFlow is imported: a wrong flag fails in ~1 s
         from bert_tf.training import pretraining
         from bert_tf.convert.handoff import fill_options
-        options = fill_options(script_flags.options_from_flags(PretrainingOptions))
+        options = fill_options(options)
         result = pretraining.run_pretraining(options)
     except BertError as e:
         sys.exit(f"error: {e}")

@@ -1,40 +1,98 @@
 """Pre-flight check of pre-training TFRecords: one-line errors before the first step.
 
 `check_pretraining_files` reads the first records of every input file (a bounded, evenly spaced
-sample when there are more than `max_files`) with the C++ record reader and
-`tf.train.Example.FromString` (no TF graph), and checks the TFRecord framing (including that the
-file ends with a whole record: a cut-off shard does not), the feature keys,
-dtypes and lengths against the flags, and the value ranges the model gathers with (on GPU/TPU an
-out-of-range gather returns zeros instead of failing). Each problem is one line naming the file,
-the record, what is wrong and the fix; the first one is raised as `BertError` (all are logged
-when there are several).
+sample when there are more than `max_files`); local files without TensorFlow, so a wrong flag
+fails in about a second (gs:// and other schemes through TF's reader). It checks the TFRecord
+framing (including that the file ends with a whole record: a cut-off shard does
+not), the feature keys, dtypes and lengths against the flags, and the value ranges the model
+gathers with (on GPU/TPU an out-of-range gather returns zeros instead of failing). Each problem
+is one line naming the file, the record, what is wrong and the fix; the first one is raised as
+`BertError`, counting the files with the same problem; other problems are logged as warnings.
+
+The summary line says what its figures cover (bert_tf.training.preflight_run): the packer's
+journal (the whole data) when there is one, else the records it sampled.
 
 The rest of each file is checked in-graph while training (bert_tf.training.record_checks).
 """
 import concurrent.futures
 import logging
 import math
+import os
 import struct
 import time
 
 import numpy as np
-import tensorflow as tf
-from tensorflow.core.example import example_pb2
 
 from bert_tf import BertError
-from bert_tf.fileio import describe_files
+from bert_tf.fileio import describe_files, is_local
+from bert_tf.pretraining_data.writer import masked_crc as masked_crc32c  # google-crc32c
 from bert_tf.training import packed_records
+from bert_tf.training.preflight_run import packer_journal, summary_line
 
 log = logging.getLogger(__name__)
 
-try:  # the reader behind tf.compat.v1.io.tf_record_iterator, without its deprecation warning
-    from tensorflow.python.lib.io._pywrap_record_io import RecordIterator as _RecordIterator
 
-    def _records(path):
-        return _RecordIterator(path, "")
-except ImportError:  # pragma: no cover - depends on TF internals
-    def _records(path):
-        return tf.compat.v1.io.tf_record_iterator(path)
+class _DataLoss(Exception):
+    """A record's framing or checksum is wrong (TF's DataLossError)."""
+
+
+def _tf():
+    import tensorflow as tf  # remote file systems only: local files need no TensorFlow
+    return tf
+
+
+def _open(path):
+    return open(path, "rb") if is_local(path) else _tf().io.gfile.GFile(path, "rb")
+
+
+def _size(path):
+    return os.path.getsize(path) if is_local(path) else _tf().io.gfile.stat(path).length
+
+
+def _records(path):
+    """Yields the records of a TFRecord file; _DataLoss on bad framing, OSError if unreadable.
+    A partial header at the end just ends it (as TF's reader; check_file compares sizes)."""
+    if not is_local(path):
+        yield from _remote_records(path)
+        return
+    with open(path, "rb") as f:
+        while len(head := f.read(12)) == 12:
+            length, crc = struct.unpack("<QI", head)
+            if masked_crc32c(head[:8]) != crc:
+                raise _DataLoss
+            data, tail = f.read(length), f.read(4)
+            if len(tail) < 4 or masked_crc32c(data) != struct.unpack("<I", tail)[0]:
+                raise _DataLoss
+            yield data
+
+
+def _remote_records(path):
+    tf = _tf()
+    from tensorflow.python.lib.io._pywrap_record_io import RecordIterator  # no deprecation
+    try:
+        it = RecordIterator(path, "")
+    except tf.errors.OpError as e:
+        raise OSError(e.message.splitlines()[0]) from None
+    try:
+        while True:
+            try:
+                raw = next(it)
+            except StopIteration:
+                return
+            except tf.errors.DataLossError:
+                raise _DataLoss from None
+            except tf.errors.OpError as e:
+                raise OSError(e.message.splitlines()[0]) from None
+            yield raw
+    finally:
+        it.close()
+
+
+def _parse_example(raw):
+    # tf.train.Example's wire format, parsed without importing TensorFlow
+    from bert_tf.pretraining_data.packing_io import _example_class
+    return _example_class().FromString(raw)
+
 
 SEQ_FEATURES = ("input_ids", "input_mask", "segment_ids")
 PRED_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
@@ -61,29 +119,7 @@ def sample_files(files, max_files):
     return [files[i] for i in picks]
 
 
-# ---- TFRecord framing (diagnosis only: the fast path is the C++ reader) --------------------
-
-def _crc32c_table():
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_CRC_TABLE = _crc32c_table()
-
-
-def masked_crc32c(data):
-    """TFRecord's masked CRC-32C of `data` (pure Python; used on short headers)."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    crc ^= 0xFFFFFFFF
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-
+# ---- TFRecord framing (diagnosis of what the reader refused) -----------------------------
 
 def _preview(data):
     text = data[:24].decode("utf-8", "replace")
@@ -98,8 +134,8 @@ def describe_framing_error(path, offset, index):
         offset: byte offset of the record's header.
         index: the record's index in the file (named in the phrase).
     """
-    with tf.io.gfile.GFile(path, "rb") as f:
-        size = f.size()
+    size = _size(path)
+    with _open(path) as f:
         head = f.read(24)
         f.seek(offset)
         header = f.read(12)
@@ -209,11 +245,7 @@ def _describe_ranges(vals, max_seq_length, vocab_size, type_vocab_size):
 
 
 def _read_tail(path, size, n):
-    if "://" in path:
-        with tf.io.gfile.GFile(path, "rb") as f:
-            f.seek(size - n)
-            return f.read(n)
-    with open(path, "rb") as f:  # local: 5x cheaper than GFile
+    with _open(path) as f:  # local: open(), 5x cheaper than GFile
         f.seek(size - n)
         return f.read(n)
 
@@ -276,15 +308,15 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
         for index in range(records_per_file):
             try:
                 raw = next(it)
-            except StopIteration:  # a partial header at the end also stops the C++ reader
-                if tf.io.gfile.stat(path).length != offset:
+            except StopIteration:  # a partial header at the end also stops the reader
+                if _size(path) != offset:
                     return f"{flag} {path}: {describe_framing_error(path, offset, index)}", index
                 break
-            except tf.errors.DataLossError:
+            except _DataLoss:
                 what = describe_framing_error(path, offset, index)
                 return f"{flag} {path}: {what}", index
             try:
-                example = example_pb2.Example.FromString(raw)
+                example = _parse_example(raw)
             except Exception:  # noqa: BLE001 - protobuf's DecodeError type varies by backend
                 return (f"{flag} {path}: record {index}: not a tf.train.Example (another "
                         f"kind of TFRecord): pass the files written by "
@@ -298,16 +330,17 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
             longest = max(longest, len(raw))
         else:
             index = records_per_file
-            size = tf.io.gfile.stat(path).length
+            size = _size(path)
             window = min(4096, max(512, 2 * longest + 32))  # the last record is most likely
             if size > offset and ends_with_whole_record(path, size, window) is False:  # as long
                 return (f"{flag} {path}: truncated: it does not end with a whole record ({size} "
                         f"bytes); the shard was cut off: copy it again or {REGENERATE}"), index
-    except tf.errors.OpError as e:  # unreadable (a directory, permissions, vanished file, ...)
-        if tf.io.gfile.isdir(path):
+    except OSError as e:  # unreadable (a directory, permissions, vanished file, ...)
+        if os.path.isdir(path) if is_local(path) else _tf().io.gfile.isdir(path):
             return (f"{flag} {path}: is a directory: pass a glob of the files in it, e.g. "
                     f"{flag}={path.rstrip('/')}/*"), 0
-        return f"{flag} {path}: cannot read: {e.message.splitlines()[0]}", 0
+        return (f"{flag} {path}: cannot read it ({e.strerror or e}): check that it exists and is "
+                f"readable by this user, or remove it from {flag}"), 0
     finally:
         if it is not None:
             it.close()
@@ -316,7 +349,7 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
 
 def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, vocab_size=None,
                             type_vocab_size=None, flag="--input_file", records_per_file=4,
-                            max_files=1000):
+                            max_files=1000, batch_size=None):
     """Check pre-training TFRecord files against the flags before any step.
 
     Args:
@@ -326,26 +359,32 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
       flag: the flag the files came from, named in the messages.
       records_per_file: how many leading records of each file are parsed and checked.
       max_files: above this many files, an evenly spaced sample of this many is checked.
+      batch_size: --train_batch_size; for packed records the line says how many sequences a
+        step holds on average.
 
     Returns:
       dict with `files` (checked), `records` (checked), `empty_files`, `seconds`, `packed`
-      (the kind found), `shape` ((S, P, N) of the records; N = 0 for ordinary ones) and
-      `padding` (the share of padding tokens in the checked records); logged in one line.
+      (the kind found), `shape` ((S, P, N) of the records; N = 0 for ordinary ones),
+      `padding` (the share of padding tokens), `sequences_per_row` and `source` (what these
+      two cover: "journal" = the whole data, from the packer's journal, or "sample" = the
+      checked records). Logged in one line, once per process for the same files.
 
     Raises:
-      BertError: the first problem, one line (all are logged when there are several).
+      BertError: the first problem, one line; it counts the files with the same problem, and
+      other files' different problems are logged as warnings.
     """
     start = time.perf_counter()
     chosen = sample_files(list(files), max_files)
     args = (max_seq_length, max_predictions_per_seq, vocab_size, type_vocab_size,
             records_per_file, flag)
     infos = [{} for _ in chosen]
-    if any("://" in p for p in chosen):  # remote file systems: overlap the round trips
+    if any(not is_local(p) for p in chosen):  # remote file systems: overlap the round trips
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             results = list(pool.map(lambda p, i: check_file(p, *args, info=i), chosen, infos))
     else:
         results = [check_file(p, *args, info=i) for p, i in zip(chosen, infos)]
-    problems = [line for line, _ in results if line]
+    # (path, what is wrong without the "--flag path: " prefix)
+    problems = [(p, line[len(f"{flag} {p}: "):]) for p, (line, _) in zip(chosen, results) if line]
     kinds = [(p, i) for p, i in zip(chosen, infos) if "packed" in i]
     if not problems and kinds:
         for path, i in kinds[1:]:
@@ -353,16 +392,11 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
             if (i["packed"], i["shape"][1:]) != (first["packed"], first["shape"][1:]):
                 what = lambda x: (f"packed records of (S, P, N) {x['shape']}" if x["packed"]
                                   else "ordinary records")
-                problems.append(f"{flag} {path}: holds {what(i)}, {first_path} {what(first)}: "
-                                f"pass files of one kind and shape")
+                problems.append((path, f"holds {what(i)}, {first_path} {what(first)}: pass "
+                                       f"files of one kind and shape"))
                 break
-    if len(problems) > 1:  # the first is raised; the others would be lost
-        for line in problems:
-            log.error("%s", line)
     if problems:
-        more = len(problems) - 1
-        raise BertError(problems[0] + (f" (and {more} more file(s) with problems, logged)"
-                                       if more else ""))
+        raise BertError(_one_line(problems, flag))
     records = sum(n for _, n in results)
     if records == 0:
         if len(files) == 1:
@@ -372,14 +406,34 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
                         f"{describe_files(chosen)}: {REGENERATE}")
     first = kinds[0][1]
     tokens = sum(i["tokens"] for _, i in kinds)
-    padding = 1.0 - sum(i["real_tokens"] for _, i in kinds) / max(tokens, 1)
-    sequences = sum(i["sequences"] for _, i in kinds)
-    kind = (f"packed records (up to {first['shape'][2]} sequences per pack, "
-            f"{sequences / records:.2f} on average; {first['shape'][1]} predictions)"
-            if first["packed"] else "ordinary (unpacked) records")
-    log.info("pre-flight: %s: %d record(s) of %d file(s) checked; padding %.1f%% of their tokens",
-             kind, records, len(chosen), 100 * padding)
-    return {"files": len(chosen), "records": records,
-            "empty_files": sum(1 for _, n in results if n == 0),
-            "seconds": time.perf_counter() - start, "packed": first["packed"],
-            "shape": first["shape"], "padding": padding}
+    out = {"files": len(chosen), "records": records,
+           "empty_files": sum(1 for _, n in results if n == 0), "packed": first["packed"],
+           "shape": first["shape"], "source": "sample",
+           "padding": 1.0 - sum(i["real_tokens"] for _, i in kinds) / max(tokens, 1),
+           "sequences_per_row": sum(i["sequences"] for _, i in kinds) / records}
+    journal = packer_journal(files, first["shape"]) if first["packed"] else None
+    if journal:
+        out.update(journal, source="journal")
+    key = (tuple(chosen), first["shape"])
+    if key not in _LOGGED:  # every input pipeline (and the command, first) checks the files
+        _LOGGED.add(key)
+        log.info("%s", summary_line(out, records_per_file, batch_size))
+    out["seconds"] = time.perf_counter() - start
+    return out
+
+
+_LOGGED = set()  # (files, shape) whose summary line this process has logged
+
+
+def _one_line(problems, flag):
+    """The error of the first problem; files with the same one are counted in it, different
+    problems of other files are logged as warnings (one line each, no duplicate)."""
+    (path, what), rest = problems[0], problems[1:]
+    same = [p for p, w in rest if w == what]
+    others = [(p, w) for p, w in rest if w != what]
+    for p, w in others:
+        log.warning("%s %s: %s", flag, p, w)
+    note = [f"the same in {len(same)} more file(s)"] if same else []
+    if others:
+        note.append(f"{len(others)} more file(s) with other problems, listed above")
+    return f"{flag} {path}: {what}" + (f" ({'; '.join(note)})" if note else "")

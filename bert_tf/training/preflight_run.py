@@ -1,0 +1,146 @@
+"""bert-run-pretraining's pre-flight before TensorFlow is imported, and what its line says.
+
+`check_run` checks the flags against the records' first ones (`preflight.check_pretraining_files`,
+which reads local files without TensorFlow), so a wrong --max_seq_length or --dynamic_masking on
+packed records fails in about a second, before a strategy or a model is built. The pre-flight
+line's figures say what they cover: the whole data, from the packer's journal
+(`<dir>/.bert_tf/<name>.stats.json`, bert_tf.pretraining_data.packing_run) when every file is a
+shard of one, else the records sampled.
+"""
+import json
+import os
+
+from bert_tf import BertError
+from bert_tf.fileio import is_local
+
+# The records carry their masks; packed training keeps them (issue 40: say what to do instead).
+DYNAMIC_MASKING_ON_PACKED = (
+    "--dynamic_masking: packed records were masked when they were made (bert-pack-pretraining-"
+    "data keeps each sequence's masks), so training on them uses those masks: drop "
+    "--dynamic_masking, or pass the unpacked records to --input_file to draw new masks at "
+    "every read")
+
+
+def _open(path):
+    if is_local(path):
+        return open(path, "rb")
+    import tensorflow as tf
+    return tf.io.gfile.GFile(path, "rb")
+
+
+def _listdir(folder):
+    if is_local(folder):
+        return os.listdir(folder)
+    import tensorflow as tf
+    return tf.io.gfile.listdir(folder)
+
+
+def _config_sizes(path):
+    """(vocab_size, type_vocab_size) of a local bert_config.json / config.json, else Nones (the
+    full pre-flight checks the ranges later, with the config the run reads)."""
+    try:
+        with open(path) as f:
+            config = json.load(f)
+        sizes = config.get("vocab_size"), config.get("type_vocab_size")
+        return sizes if all(isinstance(v, int) for v in sizes) else (None, None)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None, None
+
+
+def check_run(options):
+    """The pre-flight of a bert-run-pretraining run, before TensorFlow is imported.
+
+    Args:
+        options: PretrainingOptions (the parsed flags).
+    Returns:
+        `check_pretraining_files`' result (its line is logged), or None when the run reads no
+        records or the flags it needs are not set yet (the run then says what is missing).
+    Raises:
+        BertError: the first problem of the records, or --dynamic_masking on packed records.
+    """
+    from bert_tf.fileio import expand_globs
+    from bert_tf.training.preflight import check_pretraining_files
+    o = options
+    if not (o.do_train or o.do_eval) or not o.input_file or not o.output_dir or min(
+            o.max_seq_length, o.max_predictions_per_seq, o.train_batch_size) <= 0:
+        return None
+    files = sorted(set(expand_globs(o.input_file)))  # as input_pipeline.list_files
+    vocab_size = type_vocab_size = None  # --init_checkpoint may name the config later
+    if o.bert_config_file and is_local(o.bert_config_file):
+        vocab_size, type_vocab_size = _config_sizes(o.bert_config_file)
+    info = check_pretraining_files(files, o.max_seq_length, o.max_predictions_per_seq,
+                                   vocab_size, type_vocab_size,
+                                   batch_size=o.train_batch_size if o.do_train else None)
+    if info["packed"] and o.dynamic_masking and o.do_train:
+        raise BertError(DYNAMIC_MASKING_ON_PACKED)
+    return info
+
+
+def packer_journal(files, shape):
+    """Whole-data figures of packed `files` from bert-pack-pretraining-data's journals
+    (`<dir>/.bert_tf/*.stats.json`), or None unless every file is a shard of a complete
+    journal of the same (S, P, N).
+
+    Args:
+        files: the packed record files.
+        shape: (S, P, N) of their records.
+    Returns:
+        {"rows", "sequences", "padding", "sequences_per_row", "journals"} or None.
+    """
+    rows = sequences = tokens = 0
+    journals, left = set(), {os.path.normpath(p) for p in files}
+    for folder in sorted({os.path.dirname(p) for p in left}):
+        meta = os.path.join(folder, ".bert_tf")
+        try:
+            names = sorted(n for n in _listdir(meta) if n.endswith(".stats.json"))
+        except Exception:  # noqa: BLE001 - no journal folder: the figures are sampled
+            return None
+        for name in names:
+            try:
+                with _open(os.path.join(meta, name)) as f:
+                    j = json.loads(f.read())
+                if (j.get("mode"), j.get("complete")) != ("pack", True) or (
+                        j["max_seq_length"], j["num_predictions"],
+                        j["max_sequences_per_pack"]) != tuple(shape):
+                    continue
+                for i, output in enumerate(j["outputs"]):
+                    path = os.path.join(folder, os.path.basename(output))
+                    if path in left:  # the journal names where it wrote; the data may be moved
+                        shard = j["shards"][str(i)]
+                        rows, sequences = rows + shard["packs"], sequences + shard["sequences"]
+                        tokens += shard["tokens"]
+                        left.discard(path)
+                        journals.add(os.path.join(meta, name))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    if left or not rows:
+        return None
+    return {"rows": rows, "sequences": sequences, "padding": 1 - tokens / (rows * shape[0]),
+            "sequences_per_row": sequences / rows, "journals": sorted(journals)}
+
+
+def summary_line(info, records_per_file, batch_size=None):
+    """The pre-flight line: the records' kind, and figures that say what they cover.
+
+    Args:
+        info: `check_pretraining_files`' result.
+        records_per_file: leading records checked per file (named for sampled figures).
+        batch_size: --train_batch_size (packed: the line gives the sequences a step holds).
+    """
+    s, p, n = info["shape"]
+    kind = (f"packed records (up to {n} sequences per pack; {p} predictions)" if info["packed"]
+            else "ordinary (unpacked) records")
+    checked = f"{info['records']} record(s) of {info['files']} file(s) checked"
+    if info["source"] == "journal":
+        cover = (f"the whole data (the packer's journal): {info['rows']} rows holding "
+                 f"{info['sequences']} sequences, ")
+    else:
+        each = f" ({records_per_file} at most of each file)" if info["files"] > 1 else ""
+        cover = f"in a sample, the first {info['records']} record(s){each}: "
+    figures = f"padding {100 * info['padding']:.1f}% of the tokens"
+    if info["packed"]:
+        figures = f"{info['sequences_per_row']:.2f} sequences per row on average, " + figures
+        if batch_size:
+            figures += (f"; a step of --train_batch_size={batch_size} rows holds "
+                        f"{batch_size * info['sequences_per_row']:.1f} sequences on average")
+    return f"pre-flight: {kind}, {checked}; {cover}{figures}"
