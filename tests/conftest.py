@@ -4,11 +4,21 @@ The host CPU is split into two logical devices before anything initialises Tenso
 MirroredStrategy can be tested with two replicas on a CPU-only machine (other tests keep using
 /CPU:0 as before).
 """
+import atexit
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import pytest
 
-import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras is imported)
-from bert_tf.training.distribute import split_cpu
+# The tokenizer probe cache of this test session (subprocesses inherit it), set before anything
+# probes: tests never write into the user's ~/.cache.
+os.environ["BERT_TF_CACHE"] = tempfile.mkdtemp(prefix="bert_tf_test_cache-")
+atexit.register(shutil.rmtree, os.environ["BERT_TF_CACHE"], True)
+
+import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND before keras is imported)
+from bert_tf.training.distribute import split_cpu  # noqa: E402
 
 TWO_CPUS = split_cpu(2)
 

@@ -150,7 +150,6 @@ def test_each_source_read_once_per_command_and_no_temp_folder(src, tmp_path, mon
             return fmt.read(path)
         return dataclasses.replace(fmt, read=read)
     monkeypatch.setattr(formats, "FORMATS", tuple(counted(f) for f in formats.FORMATS))
-    monkeypatch.setattr(formats, "_REMEMBERED", {})
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
@@ -158,10 +157,10 @@ def test_each_source_read_once_per_command_and_no_temp_folder(src, tmp_path, mon
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     for path in (src["hf"], src["encoder"], src["run"]):
         reads.clear()
-        options = handoff.fill_options(PretrainingOptions(init_checkpoint=path), explicit=set())
-        cfg = formats.read_config(options.bert_config_file)  # what the script does next
-        model = bert_tf.modeling.models.BertPretrainer.from_bert_config(cfg)
-        checkpoints.load_checkpoint(model, path)
+        options, read = handoff.hand_off(PretrainingOptions(init_checkpoint=path), set())
+        assert len(reads) == 1, reads
+        model = bert_tf.modeling.models.BertPretrainer.from_bert_config(read.bert_config)
+        checkpoints.load_checkpoint(model, read)  # the Source the hand-off read: no new read
         assert len(reads) == 1, reads
     assert os.listdir(tmp) == []
 

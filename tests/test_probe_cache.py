@@ -78,3 +78,36 @@ def test_the_file_name_changes_with_what_the_probes_depend_on(name, tmp_path, mo
         monkeypatch.undo()
         probe_cache._fingerprint.cache_clear()
     assert probe_cache._fingerprint() == before
+
+
+def test_a_fingerprint_that_fails_means_probe_again(tmp_path, monkeypatch):
+    # An install without the tokenization sources as files (a zip, say): no cache, no error.
+    monkeypatch.setenv("BERT_TF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(probe_cache, "_SOURCE_DIR", str(tmp_path / "no-such-folder"))
+    probe_cache._fingerprint.cache_clear()
+    try:
+        assert probe_cache._path("case_fixups", ()) is None
+        assert _same(char_tables.case_fixups.__wrapped__(), char_tables.case_fixups())
+    finally:
+        monkeypatch.undo()
+        probe_cache._fingerprint.cache_clear()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_orphaned_temp_files_are_removed_once_stale(tmp_path, monkeypatch):
+    monkeypatch.setenv("BERT_TF_CACHE", str(tmp_path))
+    old, fresh = tmp_path / "tmpkilled.tmp", tmp_path / "tmpwriting.tmp"
+    old.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    stale = probe_cache.STALE_TMP_SECONDS + 60
+    os.utime(old, (os.path.getatime(old) - stale, os.path.getmtime(old) - stale))
+    char_tables.case_fixups.__wrapped__()  # empty cache: probes and writes
+    names = sorted(os.listdir(tmp_path))
+    assert names == sorted([fresh.name, os.path.basename(probe_cache._path("case_fixups", ()))])
+
+
+def test_the_suite_never_writes_the_users_cache():
+    folder = probe_cache.cache_dir()
+    home_cache = os.path.join(os.path.expanduser("~"), ".cache")
+    assert folder == os.environ["BERT_TF_CACHE"] and os.path.isdir(folder)
+    assert not os.path.abspath(folder).startswith(os.path.abspath(home_cache) + os.sep)

@@ -109,11 +109,8 @@ def convert(from_format, source, to_format, output, bert_config_file=None, vocab
     expect = None if from_format in (None, "auto") else from_format
     if model == "pretrainer" and expect and not formats.by_name(expect).heads:
         _model_kind(formats.by_name(expect), fmt_to, model, None, (expect, to_format))
-    try:
-        src = formats.read(source, bert_config_file, vocab_file, do_lower_case, expect=expect)
-    except BertError as e:  # the API's argument names as this command's flags
-        raise BertError(str(e).replace("pass bert_config_file=...", "pass --bert_config_file")
-                        .replace("vocab_file=...", "--vocab_file")) from None
+    src = formats.read(source, bert_config_file, vocab_file, do_lower_case, expect=expect,
+                       flags=True)
     fmt_from = formats.by_name(src.format)
     if fmt_to.needs_vocab and src.vocab_file is None:
         raise BertError(f"--vocab_file: required for --to={to_format}")

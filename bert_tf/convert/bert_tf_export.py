@@ -3,7 +3,8 @@
 
 Detected by `assets.extra/bert_tf_export.json`, also inside a directory of exports: the
 `encoder/` of bert-convert's pair (the vocab and casing come from `preprocessor/`) and the
-TF Serving layout (`<model>/<version>/`: the newest version). The model comes back from the
+TF Serving layout (`<model>/<version>/`: the newest version), only where that SavedModel has
+the metadata. The model comes back from the
 Keras config in that metadata, with the exported variables in order. Writing goes through
 `bert_tf.exporter` (the export package is a higher layer than convert).
 """
@@ -12,7 +13,7 @@ import posixpath
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
-from bert_tf.convert.source import Format, Source, join, lazy, note
+from bert_tf.convert.source import Format, Source, join, lazy, note, saved_model_inside
 
 EXTRA_DIR = "assets.extra"            # TF Serving's folder for files next to the model
 METADATA_FILE = "bert_tf_export.json"  # what was exported (task, labels, config...), in EXTRA_DIR
@@ -31,18 +32,10 @@ def read_metadata(export_dir):
     return fileio.read_json(path)
 
 
-def export_inside(path):
-    """The SavedModel a directory of exports stands for, or None: `encoder/` (bert-convert
-    --to=savedmodel), else the highest numbered version folder (TF Serving layout)."""
-    if _exists(path, "saved_model.pb"):
-        return None
-    if _exists(path, join("encoder", "saved_model.pb")):
-        return join(path, "encoder")
-    versions = [v for v in tf.io.gfile.listdir(path) if v.rstrip("/").isdigit()]
-    for v in sorted(versions, key=lambda v: int(v.rstrip("/")), reverse=True):
-        if _exists(path, join(v.rstrip("/"), "saved_model.pb")):
-            return join(path, v.rstrip("/"))
-    return None
+def is_export(export_dir):
+    """Whether `export_dir` is a SavedModel bert_tf exported (it has our metadata)."""
+    return _exists(export_dir, "saved_model.pb") and _exists(export_dir,
+                                                             join(EXTRA_DIR, METADATA_FILE))
 
 
 def _sibling_preprocessor(export_dir):
@@ -60,7 +53,7 @@ def _sibling_preprocessor(export_dir):
             candidates.append(join(grand, model[:-len("_encoder")] + "_preprocessor"))
     for c in candidates:
         if tf.io.gfile.isdir(c):
-            found = export_inside(c) or (c if _exists(c, "saved_model.pb") else None)
+            found = saved_model_inside(c)
             if found is not None:
                 return found
     return None
@@ -140,13 +133,9 @@ def load_model(export_dir, meta=None):
 # ---- the format ------------------------------------------------------------------------------
 
 def _detect(path):
-    if not tf.io.gfile.isdir(path):
-        return None
-    inner = export_inside(path)
-    if inner is not None:
-        return inner
-    return path if _exists(path, join(EXTRA_DIR, METADATA_FILE)) \
-        and _exists(path, "saved_model.pb") else None
+    # only a SavedModel with our metadata: a TF Hub one in the same layout is tfhub's
+    inner = saved_model_inside(path)
+    return inner if inner is not None and is_export(inner) else None
 
 
 def _read(path):

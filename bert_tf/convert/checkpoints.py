@@ -26,7 +26,8 @@ def load_checkpoint(model, path):
         model: a BertEncoder, a `bert_tf.modeling.models` task model, or a keras.Model with
             exactly one BertEncoder (built first if it is ours and unbuilt).
         path: a checkpoint prefix or directory (its latest checkpoint), a HF model directory
-            or `.safetensors` file, a keras-hub preset or a SavedModel directory.
+            or `.safetensors` file, a keras-hub preset or a SavedModel directory; or the
+            `bert_tf.convert.source.Source` a command read for it (not read again).
 
     Returns:
         The report `{"loaded": [...], "skipped": [...], "missing": [...]}` (see
@@ -35,4 +36,6 @@ def load_checkpoint(model, path):
     Raises:
         BertError: no checkpoint there, a config/shape mismatch or a missing encoder.
     """
-    return formats.load_checkpoint(model, os.fspath(path))
+    if not isinstance(path, formats.source.Source):
+        path = os.fspath(path)
+    return formats.load_checkpoint(model, path)

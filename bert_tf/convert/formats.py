@@ -15,12 +15,12 @@ from bert_tf.convert import (bert_tf_export, common, hf, keras_file, keras_hub,
 # Detection order: the first format whose detect() takes the path reads it.
 FORMATS = (
     keras_file.FORMAT,
-    bert_tf_export.FORMAT,
+    bert_tf_export.FORMAT,  # before tfhub: our export is a TF Hub-style SavedModel too
     tfhub.FORMAT,
     keras_hub.FORMAT,
     hf.FORMAT,
     tf1.FORMAT,
-    native.FORMAT,
+    native.FORMAT,  # before model_garden: our object checkpoints may use its `encoder` key
     model_garden_format.FORMAT,
 )
 
@@ -66,22 +66,10 @@ def detect(path):
     raise _no_format(path)
 
 
-# The source a command read for --init_checkpoint, so its later load reads no second time.
-_REMEMBERED = {}
-
-
-def remember(path, src):
-    """Keeps `src` as what reading `path` gives for the rest of this command.
-
-    Args:
-        path: the path read (str or PathLike).
-        src: the `source.Source` read from it.
-    """
-    _REMEMBERED[os.fspath(path)] = src
-
-
-def read(path, bert_config_file=None, vocab_file=None, do_lower_case=None, expect=None):
+def read(path, bert_config_file=None, vocab_file=None, do_lower_case=None, expect=None,
+         flags=False):
     """Reads `path` through the table: a `source.Source` with config, vocab and casing.
+    Nothing is kept between calls: a command passes the Source it read to its own load.
 
     Args:
         path: any path a format detects (checkpoint prefix or directory, HF / keras-hub /
@@ -90,25 +78,30 @@ def read(path, bert_config_file=None, vocab_file=None, do_lower_case=None, expec
         vocab_file: a vocab over the source's.
         do_lower_case: casing over the source's.
         expect: a format name the source must be (bert-convert --from), or None.
+        flags: errors name the command's flags (--bert_config_file), not the arguments.
     """
-    return finish(_source(path, expect), bert_config_file, vocab_file, do_lower_case)
+    return finish(read_source(path, expect), bert_config_file, vocab_file, do_lower_case,
+                  flags)
 
 
-def _source(path, expect=None):
-    """What the detected format's read gives (the remembered one when it is the same)."""
+def read_source(path, expect=None):
+    """What the detected format's read gives: config, vocab and casing as the source has them
+    (`bert_config` None when it has no config: `config_hint` says what is missing).
+
+    Args:
+        path: any path a format detects (str or PathLike).
+        expect: a format name the source must be (bert-convert --from), or None.
+    """
     path = os.fspath(path)
-    src = _REMEMBERED.get(path)
     fmt, found = detect(path)
     if expect is not None:
         want = by_name(expect)
         if fmt is not want and fmt.name not in want.also_reads:
             raise BertError(f"{path}: holds a {fmt.name} model, not --from={expect}")
-    if src is None or src.path != found:
-        src = fmt.read(found)
-    return src
+    return fmt.read(found)
 
 
-def finish(src, bert_config_file=None, vocab_file=None, do_lower_case=None):
+def finish(src, bert_config_file=None, vocab_file=None, do_lower_case=None, flags=False):
     """A copy of `src` with the overrides applied, the vocab checked against the config
     and the casing settled: recorded in the source, else the original release's naming
     (`uncased_...`), else the original's default (lower-case).
@@ -118,6 +111,7 @@ def finish(src, bert_config_file=None, vocab_file=None, do_lower_case=None):
         bert_config_file: a config file (any dialect `read_config` reads) over the source's.
         vocab_file: a vocab over the source's.
         do_lower_case: casing over the source's, or None.
+        flags: errors name the command's flags (--bert_config_file), not the arguments.
     """
     import dataclasses
     from bert_tf.tokenization import check_vocab_size
@@ -125,8 +119,10 @@ def finish(src, bert_config_file=None, vocab_file=None, do_lower_case=None):
     if bert_config_file is not None:
         cfg = read_config(os.fspath(bert_config_file))
     if cfg is None:
-        raise BertError(f"{src.path}: {src.config_hint}: pass bert_config_file=... "
-                        f"(and vocab_file=... for text input)")
+        cfg_arg, vocab_arg = (("--bert_config_file", "--vocab_file") if flags else
+                              ("bert_config_file=...", "vocab_file=..."))
+        raise BertError(f"{src.path}: {src.config_hint}: pass {cfg_arg} (and {vocab_arg} "
+                        f"for text input)")
     vocab = os.fspath(vocab_file) if vocab_file is not None else src.vocab_file
     if vocab is not None:  # before any weights are read
         check_vocab_size(vocab, cfg.vocab_size, bert_config_file or src.path)
@@ -158,21 +154,28 @@ def read_config(path):
     return BertConfig.from_json_file(path)
 
 
+def _as_source(path_or_source):
+    if isinstance(path_or_source, source.Source):
+        return path_or_source
+    return read_source(path_or_source)
+
+
 def load_checkpoint(model, path):
     """Loads any BERT checkpoint the table reads into `model`; returns the report dict.
 
     Args:
         model: a BertEncoder, task model or Keras model with one encoder.
-        path: any path a format detects (str or PathLike).
+        path: any path a format detects (str or PathLike), or the `source.Source` a
+            command already read (its weights are read now, not again).
     """
-    return _source(path).load(model)
+    return _as_source(path).load(model)
 
 
 def pooling_of(path):
-    """(pooling, normalize) a source declares for embeddings (sentence-transformers), else
-    (None, False); a source no format reads declares none."""
+    """(pooling, normalize) a source (a path or a `source.Source`) declares for embeddings
+    (sentence-transformers), else (None, False); a source no format reads declares none."""
     try:
-        src = _source(path)
+        src = _as_source(path)
     except BertError:
         return None, False
     return src.pooling(True)

@@ -19,15 +19,18 @@ SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention
 
 
 def _read_source(init_checkpoint, bert_config_file):
+    """(finished Source, whether its config is the source's own)."""
+    where = f"--init_checkpoint={init_checkpoint}"
     try:
-        return formats.read(init_checkpoint), True
-    except BertError as e:
-        # a source without a config (e.g. a bare training checkpoint): the flag's then
-        if not bert_config_file or "bert_config_file" not in str(e):
-            raise BertError(f"--init_checkpoint={init_checkpoint}: {str(e).split(': ', 1)[-1]}"
-                            .replace("pass bert_config_file=...", "pass --bert_config_file")
-                            .replace("vocab_file=...", "--vocab_file")) from None
-        return formats.read(init_checkpoint, bert_config_file=bert_config_file), False
+        src = formats.read_source(init_checkpoint)
+        if src.bert_config is not None or bert_config_file:
+            own = src.bert_config is not None
+            return formats.finish(src, None if own else bert_config_file, flags=True), own
+    except BertError as e:  # one line that names the flag
+        raise BertError(f"{where}: {str(e).split(': ', 1)[-1]}") from None
+    # a source without a config (e.g. a bare training checkpoint) and no flag giving one
+    raise BertError(f"{where}: {src.config_hint}: pass --bert_config_file (and --vocab_file "
+                    f"for text input)")
 
 
 def resolve(init_checkpoint, current, explicit):
@@ -39,7 +42,8 @@ def resolve(init_checkpoint, current, explicit):
         explicit: names among them the user set (on the command line, or non-default).
 
     Returns:
-        ({flag name: new value}, [flag names taken from the source]).
+        ({flag name: new value}, [flag names taken from the source], the `source.Source`
+        read: the script loads its weights from it, `formats.load_checkpoint(model, src)`).
 
     Raises:
         BertError: an explicit flag contradicts the source (one line, naming both).
@@ -48,7 +52,6 @@ def resolve(init_checkpoint, current, explicit):
     where = f"--init_checkpoint={init_checkpoint}"
     given_cfg = current.get("bert_config_file") if "bert_config_file" in explicit else None
     src, cfg_from_source = _read_source(init_checkpoint, given_cfg)
-    formats.remember(init_checkpoint, src)  # the script's load reads it no second time
     values, taken = {}, []
     if "bert_config_file" in current and cfg_from_source:
         if given_cfg:
@@ -81,7 +84,7 @@ def resolve(init_checkpoint, current, explicit):
         else:
             values["do_lower_case"] = src.do_lower_case
             taken.append("do_lower_case")
-    return values, taken
+    return values, taken, src
 
 
 def _note(init_checkpoint, values, taken):
@@ -103,9 +106,10 @@ def _absl_explicit(names):
         return None
 
 
-def fill_options(options, explicit=None):
-    """`options` (a dataclass with init_checkpoint) with the source's config, vocab and casing
-    where the user gave none; unchanged without --init_checkpoint.
+def hand_off(options, explicit=None):
+    """(`options` with the source's config, vocab and casing where the user gave none, the
+    `source.Source` read for --init_checkpoint or None): the script passes that Source to
+    its load, so the checkpoint is read once and nothing is kept after the call.
 
     Args:
         options: a script's options dataclass (TrainerOptions subclass).
@@ -114,29 +118,41 @@ def fill_options(options, explicit=None):
     """
     init = getattr(options, "init_checkpoint", None)
     if not init:
-        return options
+        return options, None
     fields = {f.name: f for f in dataclasses.fields(options)}
     names = [n for n in HANDED if n in fields]
     if not names:
-        return options
+        return options, None
     if explicit is None:
         explicit = _absl_explicit(names)
     if explicit is None:
         explicit = {n for n in names if getattr(options, n) != fields[n].default}
     current = {n: getattr(options, n) for n in names}
-    values, taken = resolve(init, current, set(explicit))
+    values, taken, src = resolve(init, current, set(explicit))
     _note(init, values, taken)
-    return dataclasses.replace(options, **values) if values else options
+    return (dataclasses.replace(options, **values) if values else options), src
+
+
+def fill_options(options, explicit=None):
+    """`hand_off`'s options only (unchanged without --init_checkpoint).
+
+    Args:
+        options: a script's options dataclass (TrainerOptions subclass).
+        explicit: names the user set (see `hand_off`).
+    """
+    return hand_off(options, explicit)[0]
 
 
 def fill_flags(flag_values):
-    """`fill_options` for a script that reads absl FLAGS directly: sets the flags' values."""
+    """`hand_off` for a script that reads absl FLAGS directly: sets the flags' values;
+    returns the `source.Source` read for --init_checkpoint (None without one)."""
     init = flag_values["init_checkpoint"].value if "init_checkpoint" in flag_values else None
     if not init:
-        return
+        return None
     names = [n for n in HANDED if n in flag_values]
     current = {n: flag_values[n].value for n in names}
-    values, taken = resolve(init, current, {n for n in names if flag_values[n].present})
+    values, taken, src = resolve(init, current, {n for n in names if flag_values[n].present})
     _note(init, values, taken)
     for name, value in values.items():
         flag_values[name].value = value
+    return src

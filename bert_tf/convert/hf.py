@@ -316,13 +316,17 @@ def _detect(path):
 def _read(path):
     from bert_tf.convert import sentence_transformers as st
     directory = path if tf.io.gfile.isdir(path) else parent(path)
-    return Source("hf", path, directory, bert_config_from_hf(directory),
-                  file_in(directory, "vocab.txt"), hf_casing(directory),
-                  config_file=posixpath.join(directory, "config.json"),
-                  loader=lambda model: load_hf_safetensors(model, path),
-                  has_mlm=lambda: "cls.predictions.bias" in hf_tensor_names(path),
-                  pooling=lambda read_pooling=True: st.pooling(directory, read_pooling),
-                  max_seq_length=st.max_seq_length(directory))
+    config_file = file_in(directory, "config.json")  # none: bert_config_file= gives it
+    src = Source("hf", path, directory,
+                 bert_config_from_hf(config_file) if config_file else None,
+                 file_in(directory, "vocab.txt"), hf_casing(directory),
+                 config_file=config_file,
+                 loader=lambda model: load_hf_safetensors(model, path),
+                 has_mlm=lambda: "cls.predictions.bias" in hf_tensor_names(path),
+                 pooling=lambda read_pooling=True: st.pooling(directory, read_pooling),
+                 max_seq_length=st.max_seq_length(directory))
+    src.config_hint = f"no config.json in {directory}"
+    return src
 
 
 def _write(net, cfg, out, vocab_file, casing):

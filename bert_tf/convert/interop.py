@@ -7,7 +7,8 @@ Weights travel between formats as a flat dict of numpy arrays keyed by the origi
 import numpy as np
 
 from bert_tf import BertError
-from bert_tf.convert.tf1 import tf1_name_map
+from bert_tf.convert.source import Source, lazy
+from bert_tf.convert.tf1 import load_tf1_weights, tf1_name_map
 from bert_tf.modeling.config import BertConfig
 
 # What a pip user runs (setup.py's extras; Model Garden cannot resolve in one pip command:
@@ -150,3 +151,24 @@ def model_from_weights(bert_config, weights, source="weights"):
         weights.update({k: v for k, v in get_weights(model).items()
                         if k.startswith("cls/seq_relationship/")})
     return set_weights(model, weights, source)
+
+
+# ---- a Source of TF1-named arrays (the formats read through a peer's layout) ----------------
+
+def weights_source(name, path, directory, read_weights, **fields):
+    """A Source whose weights come as TF1-named arrays: `read_weights()` ->
+    {TF1 name: array}, called once (on the first load or has_mlm).
+
+    Args:
+        name: the Format's name (`Source.format`).
+        path: what the source reads (`Source.path`; also named in load errors).
+        directory: where its config / vocab files are (`Source.directory`).
+        read_weights: () -> {TF1 variable name: numpy array}.
+        **fields: other `Source` fields (bert_config, vocab_file, casing, ...).
+    """
+    weights = lazy(read_weights)
+
+    def loader(model):
+        return load_tf1_weights(model, weights(), path)
+    return Source(name, path, directory, loader=loader,
+                  has_mlm=lambda: "cls/predictions/output_bias" in weights(), **fields)

@@ -11,15 +11,15 @@ from bert_tf.convert.source import Format, Source, parent
 def _detect(path):
     if not path.endswith(".keras") or tf.io.gfile.isdir(path):
         return None
-    if not tf.io.gfile.exists(path):
-        raise BertError(f"{path}: file not found")
-    return path
+    return path  # a missing file is read's one-line error, not another format's
 
 
 def _read(path):
     import keras
     from bert_tf.convert.interop import encoder_of, get_weights
     from bert_tf.fileio import error_gist
+    if not tf.io.gfile.exists(path):
+        raise BertError(f"{path}: file not found")
     try:
         model = keras.saving.load_model(path, compile=False)
     except Exception as e:  # Keras raises many types for a bad file

@@ -5,7 +5,7 @@ The config: `bert_config.json` beside the checkpoint, else the checkpoint's shap
 stored in checkpoints (Model Garden's default: the tanh GELU, bert_tf's "gelu").
 """
 from bert_tf import BertError, fileio
-from bert_tf.convert import model_garden, native
+from bert_tf.convert import model_garden
 from bert_tf.convert.source import (Format, Source, beside, checkpoint_variables, file_in, lazy,
                                     parent, write_config_and_vocab)
 
@@ -57,7 +57,6 @@ def params_config(directory, inferred):
 def _detect(path):
     prefix, names = checkpoint_variables(path)
     if prefix and "_CHECKPOINTABLE_OBJECT_GRAPH" in names \
-            and not native.is_bert_tf_checkpoint(prefix) \
             and model_garden.is_model_garden_checkpoint(prefix):
         return prefix
     return None

@@ -3,13 +3,17 @@
 
 A format module defines `FORMAT = Format(name, detect, read, write=None, ...)`:
 
-  detect(path)  -> the path its reader takes (a checkpoint prefix, a directory) or None
+  detect(path)  -> the path its reader takes (a checkpoint prefix, a directory) or None;
+                   never raises (`Format` turns a file-system error into None, and
+                   `formats.detect` explains a path no format takes)
   read(path)    -> Source: config, vocab, casing (and sentence-transformers settings) from
                    the source; weights are loaded only by `Source.load(model)`, and read once
   write(net, config, out, vocab_file, casing) where the format can be written: `out` is a
                    new directory (bert-convert renames it into place)
 
-No other module names a format or branches on one: they ask the Source or the Format.
+No other module names a format or branches on one: they ask the Source or the Format. This
+module imports no format; a format imports no other format to exclude it (where detection
+order decides, the table in `formats` says why).
 """
 import dataclasses
 import functools
@@ -48,6 +52,28 @@ class Format:
     aliases: tuple = ()
     also_reads: tuple = ()
     config: object = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "detect", _never_raises(self.detect))
+
+
+# What a path no format takes (a garbage name, an unreadable or foreign file) raises in detect.
+_NOT_THIS_FORMAT = (BertError, OSError, ValueError, UnicodeError, tf.errors.OpError)
+
+
+def _never_raises(detect):
+    """`detect` returning None where the path cannot be inspected (the protocol's promise)."""
+    if getattr(detect, "never_raises", False):
+        return detect
+
+    @functools.wraps(detect)
+    def safe(path):
+        try:
+            return detect(path)
+        except _NOT_THIS_FORMAT:
+            return None
+    safe.never_raises = True
+    return safe
 
 
 @dataclasses.dataclass
@@ -127,18 +153,18 @@ def _variables(prefix):
 
 def checkpoint_variables(path):
     """(prefix, {variable name: shape}) of the checkpoint at `path` (prefix, `.index` file or
-    a directory: its latest), or (None, {}) when there is none. An unreadable file is a
-    one-line BertError."""
+    a directory: its latest), or (None, {}) when there is none or it cannot be read
+    (`formats.detect` names why)."""
     from bert_tf.convert import common
     path = os.fspath(path)
     if path.endswith((".keras", ".safetensors")):
         return None, {}
     try:
         prefix = common.resolve_prefix(path)
-    except BertError:
+        common.reader(prefix)
+        return prefix, _variables(prefix)
+    except _NOT_THIS_FORMAT:
         return None, {}
-    common.reader(prefix)
-    return prefix, _variables(prefix)
 
 
 def lazy(fn):
@@ -146,24 +172,21 @@ def lazy(fn):
     return functools.lru_cache(maxsize=1)(fn)
 
 
-def weights_source(name, path, directory, read_weights, **fields):
-    """A Source whose weights come as TF1-named arrays: `read_weights()` ->
-    {TF1 name: array}, called once (on the first load or has_mlm).
-
-    Args:
-        name: the Format's name (`Source.format`).
-        path: what the source reads (`Source.path`; also named in load errors).
-        directory: where its config / vocab files are (`Source.directory`).
-        read_weights: () -> {TF1 variable name: numpy array}.
-        **fields: other `Source` fields (bert_config, vocab_file, casing, ...).
-    """
-    weights = lazy(read_weights)
-
-    def loader(model):
-        from bert_tf.convert.tf1 import load_tf1_weights
-        return load_tf1_weights(model, weights(), path)
-    return Source(name, path, directory, loader=loader,
-                  has_mlm=lambda: "cls/predictions/output_bias" in weights(), **fields)
+def saved_model_inside(path):
+    """The SavedModel directory `path` stands for, or None: `path` itself, else its
+    `encoder/` (an encoder + preprocessor pair), else its newest numbered version folder
+    (the TF Serving layout, `<model>/<version>/`), each holding a saved_model.pb."""
+    if not tf.io.gfile.isdir(path):
+        return None
+    if file_in(path, "saved_model.pb"):
+        return path
+    if file_in(path, join("encoder", "saved_model.pb")):
+        return join(path, "encoder")
+    versions = [v.rstrip("/") for v in tf.io.gfile.listdir(path)]
+    for v in sorted((v for v in versions if v.isdigit()), key=int, reverse=True):
+        if file_in(path, join(v, "saved_model.pb")):
+            return join(path, v)
+    return None
 
 
 def beside(directory):

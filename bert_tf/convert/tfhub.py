@@ -13,8 +13,8 @@ import os
 import numpy as np
 
 from bert_tf import BertError
-from bert_tf.convert.interop import config_from_weights, model_from_weights
-from bert_tf.convert.source import Format, weights_source
+from bert_tf.convert.interop import config_from_weights, model_from_weights, weights_source
+from bert_tf.convert.source import Format, saved_model_inside
 
 _EMBEDDINGS = {
     "word_embeddings/embeddings": "bert/embeddings/word_embeddings",
@@ -163,10 +163,7 @@ def read_tfhub_preprocessor(export_dir):
 # ---- the format (bert_tf.convert.source) -----------------------------------------------------
 
 def _detect(path):
-    import tensorflow as tf
-    if tf.io.gfile.isdir(path) and tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
-        return path
-    return None
+    return saved_model_inside(path)  # also <dir>/encoder/ and <dir>/<newest version>/
 
 
 def _read(path):
@@ -177,4 +174,5 @@ def _read(path):
 
 # --from=tfhub reads bert_tf's own encoder export too (a TF Hub-style SavedModel).
 FORMAT = Format("tfhub", _detect, _read, heads=True, also_reads=("bert_tf_export",),
-                looks_for="saved_model.pb (TF Hub encoder)")
+                looks_for="saved_model.pb (TF Hub encoder), also under encoder/ or a numbered "
+                "version folder")

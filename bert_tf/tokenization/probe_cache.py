@@ -4,9 +4,10 @@ Building a text-in tokenizer probes every code point through Python's `unicodeda
 tensorflow-text's ops (about 4 s in a new process). The results are a function of those
 versions and of this package's tokenization code only, so they are kept under
 `$BERT_TF_CACHE` (default `$XDG_CACHE_HOME/bert_tf`, else `~/.cache/bert_tf`) in files named
-by a hash of all of that. `BERT_TF_CACHE=off` turns the cache off. A cache that cannot be
-read or written is recomputed and never an error; files are written to a temp name, then
-renamed.
+by a hash of all of that. `BERT_TF_CACHE=off` turns the cache off. Any failure (a cache
+that cannot be read or written, versions or sources that cannot be hashed) means probe again,
+never an error; files are written to a temp name, then renamed, and temp files a killed
+writer left behind are removed once they are `STALE_TMP_SECONDS` old.
 """
 import functools
 import hashlib
@@ -14,11 +15,14 @@ import json
 import os
 import sys
 import tempfile
+import time
 import unicodedata
 
 import numpy as np
 
 _SOURCE_DIR = os.path.dirname(os.path.abspath(__file__))  # the tokenization package
+# A writer takes well under a second; a temp file this old is an orphan (its writer was killed).
+STALE_TMP_SECONDS = 600
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,11 +51,28 @@ def cache_dir():
 
 
 def _path(name, args):
+    """The cache file of one probe, or None: cache off, or no fingerprint (e.g. an install
+    whose tokenization sources are not files): then the caller probes."""
     folder = cache_dir()
     if folder is None:
         return None
     tag = "-".join([name] + [str(a) for a in args])
-    return os.path.join(folder, f"probe-{tag}-{_fingerprint()}.npz")
+    try:
+        return os.path.join(folder, f"probe-{tag}-{_fingerprint()}.npz")
+    except Exception:  # noqa: BLE001  (whatever hashing the install raises: probe again)
+        return None
+
+
+def _remove_stale_tmp(folder, now=None):
+    """Deletes `.tmp` files older than STALE_TMP_SECONDS in `folder` (errors ignored)."""
+    now = time.time() if now is None else now
+    try:
+        for name in os.listdir(folder):
+            path = os.path.join(folder, name)
+            if name.endswith(".tmp") and now - os.path.getmtime(path) > STALE_TMP_SECONDS:
+                os.unlink(path)
+    except OSError:  # another process removed it first, or the folder is not ours to clean
+        pass
 
 
 def _load(path):
@@ -68,6 +89,7 @@ def _save(path, value):
     tmp = None
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        _remove_stale_tmp(os.path.dirname(path))
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             if isinstance(value, np.ndarray):
