@@ -78,6 +78,13 @@ def np_out(x):
     return {k: keras.ops.convert_to_numpy(v) for k, v in x.items()}
 
 
+def at_padding(x, mask, value):
+    """`x` [B, S, ...] with `value` where mask is 0: what exports serve at padding (they
+    compute only the real tokens)."""
+    keep = np.asarray(mask).reshape(np.shape(mask) + (1,) * (np.ndim(x) - 2)) > 0
+    return np.where(keep, x, np.asarray(value, np.asarray(x).dtype))
+
+
 def reference(exp, name, signature, inputs):
     """What the export `name` must return for `inputs`, from the Keras models."""
     tok, models = exp.tok, exp.models
@@ -85,8 +92,10 @@ def reference(exp, name, signature, inputs):
         return py_batch(tok, inputs["text"], inputs.get("text_b"))
     if name == "enc":
         out = np_out(models["fill_mask"].encoder(inputs, training=False))
-        return {"pooled_output": out["pooled_output"], "sequence_output": out["sequence_output"],
-                "encoder_outputs": np.stack(out["encoder_outputs"], axis=1)}
+        pad = lambda x: at_padding(x, inputs["input_mask"], 0.0)
+        return {"pooled_output": out["pooled_output"],
+                "sequence_output": pad(out["sequence_output"]),
+                "encoder_outputs": np.stack([pad(x) for x in out["encoder_outputs"]], axis=1)}
     task = name
     if signature == "predict_ids":
         ids = inputs
@@ -117,7 +126,8 @@ def reference(exp, name, signature, inputs):
     mask = ids["input_mask"] > 0
     tokens = np.where(mask, vocab[ids["input_word_ids"]], "")
     if task == "embeddings":
-        return {"pooled_output": out["pooled_output"], "sequence_output": out["sequence_output"]}
+        return {"pooled_output": out["pooled_output"],
+                "sequence_output": at_padding(out["sequence_output"], mask, 0.0)}
     if task == "regression":
         return {"score": out["logits"][:, 0]}
     if task == "classification":
@@ -129,11 +139,14 @@ def reference(exp, name, signature, inputs):
                 "label": np.array(LABELS, object)[logits.argmax(-1)]}
     if task == "tagging":
         tag_ids = out["logits"].argmax(-1)
-        return {"logits": out["logits"], "tag_ids": np.where(mask, tag_ids, -1),
+        return {"logits": at_padding(out["logits"], mask, 0.0),
+                "tag_ids": np.where(mask, tag_ids, -1),
                 "tags": np.where(mask, np.array(TAGS, object)[tag_ids], ""), "tokens": tokens}
     # span: brute-force best (start <= end < start + 30) over the context's real tokens
     start, end = out["start_logits"], out["end_logits"]
-    res = {"start_logits": start, "end_logits": end, "start_index": [], "end_index": [],
+    res = {"start_logits": at_padding(start, mask, common.SPAN_PAD_LOGIT),
+           "end_logits": at_padding(end, mask, common.SPAN_PAD_LOGIT), "start_index": [],
+           "end_index": [],
            "answer": [], "tokens": tokens}
     for r in range(len(start)):
         real = mask[r] & ~np.isin(ids["input_word_ids"][r], [2, 3])

@@ -147,9 +147,9 @@ def run():
     from bert_tf.convert import formats
     from bert_tf.export import serving
     from bert_tf.convert.handoff import fill_flags
-    fill_flags(FLAGS)  # --init_checkpoint supplies config, vocab and casing it carries
-    # read once: fill_flags remembered it
-    src = formats.read(FLAGS.init_checkpoint) if FLAGS.init_checkpoint else None
+    # --init_checkpoint supplies config, vocab and casing it carries; its Source, read once,
+    # is what the export loads
+    src = fill_flags(FLAGS)
 
     if FLAGS.kind == "preprocessor":
         if not FLAGS.vocab_file or not FLAGS.export_dir:

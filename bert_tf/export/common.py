@@ -18,6 +18,7 @@ from bert_tf import BertError, fileio
 from bert_tf.export import serving_ops
 from bert_tf.fileio import error_gist
 from bert_tf.modeling import models
+from bert_tf.modeling import real_length as rl
 from bert_tf.modeling.encoder import INPUT_NAMES
 
 # The one place the export tasks name their task model class.
@@ -123,6 +124,57 @@ def checked_ids(input_word_ids, input_mask, input_type_ids, vocab_size, type_voc
     with tf.control_dependencies(checks):
         return {"input_word_ids": tf.identity(ids), "input_mask": tf.identity(mask),
                 "input_type_ids": tf.identity(types)}
+
+
+# Exports compute only a batch's real tokens: the batch is cut to its last real position + 1,
+# rounded up to a multiple of CUT_STEP (matmul tiling; a graph meets at most S / 8 lengths),
+# and sequence outputs are padded back. Padding keys get a -10000 attention bias (weight
+# exactly 0), so real-position, pooled and task outputs are those of the full length.
+CUT_STEP = 8
+# What start/end logits hold at padding: far below any real logit, so no decoder picks them;
+# finite, so JSON carries it and a start + an end does not overflow float32.
+SPAN_PAD_LOGIT = -1e9
+
+
+def cut_inputs(inputs, at_least=None):
+    """The three encoder inputs cut to the batch's real length.
+
+    Args:
+        inputs: dict of the int32 [B, S] encoder inputs (other keys are kept as they are).
+        at_least: optional scalar int32 tensor, a length to keep anyway (masked-LM positions
+            past the real tokens must stay in range).
+
+    Returns:
+        (the cut dict, the length): the last real position + 1 (at least 1 and `at_least`),
+        rounded up to a multiple of CUT_STEP, at most S. A batch with a real token at position
+        S - 1 keeps its shape.
+    """
+    mask = inputs["input_mask"]
+    length = rl.real_length(mask)
+    if at_least is not None:
+        length = tf.maximum(length, at_least)
+    length = rl.bucket_length(length, tf.shape(mask)[1], step=CUT_STEP)
+    return rl.cut(inputs, length, keys=list(INPUT_NAMES)), length
+
+
+def restore(x, input_mask, value=0):
+    """A [B, L, ...] output of a cut batch back to input_mask's length S (static shape too);
+    every padding position (input_mask 0, past the cut or not) holds `value`, so an output
+    does not depend on what else was in the batch.
+
+    Args:
+        x: tensor [B, L, ...], L <= S.
+        input_mask: the uncut int32 [B, S] mask.
+        value: what padding positions hold (0 for hidden states; see SPAN_PAD_LOGIT).
+    """
+    x = tf.convert_to_tensor(x)
+    full = rl.pad_back(x, tf.shape(input_mask)[1], value)
+    keep = input_mask > 0
+    for _ in range(x.shape.rank - 2):
+        keep = keep[..., None]
+    out = tf.where(keep, full, tf.cast(value, x.dtype))
+    out.set_shape(input_mask.shape[:2].concatenate(x.shape[2:]))
+    return out
 
 
 def write_saved_model(module, export_dir, signatures, metadata, before_publish=None,

@@ -2,7 +2,9 @@
 
   - `__call__(inputs)`: dict `input_word_ids`, `input_mask`, `input_type_ids` int32 [batch, seq]
     (both dims dynamic) -> dict `pooled_output` [B, H] (also as `default`), `sequence_output`
-    [B, S, H], `encoder_outputs` (list of the L layers' [B, S, H]); float32. Optional
+    [B, S, H], `encoder_outputs` (list of the L layers' [B, S, H]); float32. Computed on the
+    batch's real length only (see `common.cut_inputs`); sequence outputs hold 0.0 at every
+    padding position (input_mask 0). Optional
     `training` (Python bool, default False) turns dropout on, as Model Garden's exports do;
   - `serve`: alias of `__call__` (the endpoint `keras.layers.TFSMLayer(path)` calls by default);
   - signature `serving_default`: the same inputs; `encoder_outputs` stacked batch-major to
@@ -12,7 +14,8 @@
     are the same tf.Variables the functions read (TF Serving's loader restores those);
   - `mlm` (with_mlm, from a model with a masked-LM head): `mlm(inputs)` takes the three ids
     plus int32 `masked_lm_positions` [B, P] and returns the encoder's outputs (no `default`)
-    plus float32 `mlm_logits` [B, P, vocab_size]; `training` as above; its own `variables`
+    plus float32 `mlm_logits` [B, P, vocab_size] (a position past the real tokens is kept in
+    the cut, so it gathers what the full length gives); `training` as above; its own `variables`
     (the encoder's and the head's, all trainable) and `regularization_losses`;
   - `vocab_file` (a SavedModel asset, copied to assets/) and `do_lower_case` (a bool
     tf.Variable, not trainable, last in `variables`) when the export is given a vocab.
@@ -66,9 +69,10 @@ class MlmModule(tf.Module):
 
     @tf.function(autograph=False)
     def __call__(self, inputs, training=False):
-        out = self._encoder.obj.run_encoder(inputs, training)
+        enc = self._encoder.obj
+        full = enc.checked(inputs)
         positions = tf.ensure_shape(inputs["masked_lm_positions"], [None, None])
-        shape = tf.shape(out["sequence_output"])
+        shape = tf.shape(full["input_word_ids"])
         # An out-of-range gather would give zeros on GPU instead of an error.
         checks = [
             tf.debugging.assert_equal(tf.shape(positions)[0], shape[0], message=(
@@ -79,8 +83,11 @@ class MlmModule(tf.Module):
                 "masked_lm_positions must be < the sequence length"))]
         with tf.control_dependencies(checks):
             positions = tf.identity(positions)
+        # The cut keeps every asked position (one may point at padding).
+        cut, _ = common.cut_inputs(full, at_least=tf.reduce_max(positions) + 1)
+        out = enc.run_cut(cut, training)
         logits = self._head.obj(out["sequence_output"], positions, self._word_embeddings.obj)
-        result = self._encoder.obj.as_float32(out)
+        result = enc.as_float32(out, full["input_mask"])
         result["mlm_logits"] = tf.cast(logits, tf.float32)
         return result
 
@@ -147,24 +154,28 @@ class EncoderModule(tf.Module):
             raise BertError(f"export_encoder: vocab_file {vocab_file}: file not found")
         check_vocab_size(vocab_file, self._cfg.vocab_size)
 
-    def run_encoder(self, inputs, training=False):
-        """Checked ids -> the encoder's output dict, in its compute dtype.
+    def checked(self, inputs):
+        """The three int32 [B, S] ids of `inputs` (other keys ignored), checked in-graph."""
+        cfg = self._cfg
+        return common.checked_ids(inputs["input_word_ids"], inputs["input_mask"],
+                                  inputs["input_type_ids"], cfg.vocab_size,
+                                  cfg.type_vocab_size, cfg.max_position_embeddings)
+
+    def run_cut(self, cut, training=False):
+        """The encoder's output dict (compute dtype) on checked ids cut to their real length.
 
         Args:
-            inputs: dict with the three int32 [B, S] id tensors (other keys are ignored).
+            cut: dict of the three int32 [B, L] id tensors (`common.cut_inputs`).
             training: Python bool, dropout on.
         """
-        cfg = self._cfg
-        inputs = common.checked_ids(inputs["input_word_ids"], inputs["input_mask"],
-                                    inputs["input_type_ids"], cfg.vocab_size,
-                                    cfg.type_vocab_size, cfg.max_position_embeddings)
-        out = self._model.obj(inputs, training=training)
+        out = self._model.obj(cut, training=training)
         if not isinstance(out, dict) or "pooled_output" not in out:
             raise BertError("export_encoder: the model must return the encoder's output dict")
         return out
 
     def encode(self, inputs, training=False):
-        """Checked ids -> the encoder's outputs in float32 (shared by both endpoints).
+        """Checked ids -> the encoder's outputs in float32 (shared by both endpoints),
+        computed on the batch's real length; sequence outputs padded back (see `as_float32`).
 
         Args:
             inputs: dict of the three int32 [B, S] id tensors.
@@ -173,18 +184,23 @@ class EncoderModule(tf.Module):
         Returns:
             Dict of pooled_output, sequence_output and encoder_outputs (a list).
         """
-        return self.as_float32(self.run_encoder(inputs, training))
+        full = self.checked(inputs)
+        cut, _ = common.cut_inputs(full)
+        return self.as_float32(self.run_cut(cut, training), full["input_mask"])
 
     @staticmethod
-    def as_float32(out):
-        """The exported keys of an encoder output dict, in float32.
+    def as_float32(out, input_mask):
+        """The exported keys of an encoder output dict of a cut batch, in float32, sequence
+        outputs back at input_mask's length with 0.0 at every padding position.
 
         Args:
             out: the encoder's output dict.
+            input_mask: the uncut int32 [B, S] mask.
         """
+        seq = lambda x: common.restore(tf.cast(x, tf.float32), input_mask)
         return {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
-                "sequence_output": tf.cast(out["sequence_output"], tf.float32),
-                "encoder_outputs": [tf.cast(x, tf.float32) for x in out["encoder_outputs"]]}
+                "sequence_output": seq(out["sequence_output"]),
+                "encoder_outputs": [seq(x) for x in out["encoder_outputs"]]}
 
     @tf.function(autograph=False)
     def __call__(self, inputs, training=False):

@@ -8,6 +8,12 @@ Signatures (all outputs batch-major, so TF Serving's REST "instances" format wor
 `__call__(text)` (alias `serve`, keras.layers.TFSMLayer's default endpoint) is serving_default
 as a plain function.
 
+Every signature computes only the batch's real tokens (cut to the last real position + 1,
+rounded up to a multiple of 8; see `common.cut_inputs`); [B, S] outputs are padded back to S,
+and every padding position (input_mask 0) holds 0.0 in sequence_output and tagging logits,
+-1 / "" in tag_ids / tags / tokens, and -1e9 (`common.SPAN_PAD_LOGIT`, never a best span) in
+start_logits / end_logits.
+
 Outputs per task (B batch, S sequence, M max_masks, K top_k):
   embeddings     embedding [B, H] (pooled as asked: the pooler by default, or the masked
                  mean / [CLS] vector, optionally L2-normalised), pooled_output [B, H],
@@ -161,19 +167,23 @@ class EndToEndModule(tf.Module):
 
     def _outputs(self, inputs):
         cfg = self._cfg
-        inputs = common.checked_ids(inputs["input_word_ids"], inputs["input_mask"],
-                                    inputs["input_type_ids"], cfg.vocab_size,
-                                    cfg.type_vocab_size, cfg.max_position_embeddings)
+        full = common.checked_ids(inputs["input_word_ids"], inputs["input_mask"],
+                                  inputs["input_type_ids"], cfg.vocab_size,
+                                  cfg.type_vocab_size, cfg.max_position_embeddings)
+        # Only the real tokens are computed; [B, S] outputs are padded back (common.restore).
+        inputs, _ = common.cut_inputs(full)
+        mask = full["input_mask"]
         model = self._core.obj
         task = self.task
-        if task == "fill_mask":
+        if task == "fill_mask":  # mask positions are real tokens, so inside the cut
             return self._fill_mask(model, inputs)
         out = model(inputs, training=False)
         if task == "embeddings":
+            seq = tf.cast(out["sequence_output"], tf.float32)
             return {"embedding": models.pool(out, inputs["input_mask"], self._pooling,
                                              self._normalize),
                     "pooled_output": tf.cast(out["pooled_output"], tf.float32),
-                    "sequence_output": tf.cast(out["sequence_output"], tf.float32)}
+                    "sequence_output": common.restore(seq, mask)}
         if task == "regression":
             return {"score": tf.cast(out["logits"], tf.float32)[:, 0]}
         if task == "classification":
@@ -184,18 +194,19 @@ class EndToEndModule(tf.Module):
                     "label": tf.gather(tf.constant(self._labels.obj), label_id)}
         if task == "tagging":
             logits = tf.cast(out["logits"], tf.float32)
-            mask = inputs["input_mask"]
-            tag_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-            tags = tf.gather(tf.constant(self._labels.obj), tag_ids)
-            out = {"logits": logits, "tag_ids": tf.where(mask > 0, tag_ids, -1),
+            tag_ids = common.restore(tf.argmax(logits, axis=-1, output_type=tf.int32), mask, -1)
+            tags = tf.gather(tf.constant(self._labels.obj), tf.maximum(tag_ids, 0))
+            out = {"logits": common.restore(logits, mask), "tag_ids": tag_ids,
                    "tags": tf.where(mask > 0, tags, "")}
             if self.preprocessing is not None:
-                out["tokens"] = self._token_strings(inputs["input_word_ids"], mask)
+                out["tokens"] = self._token_strings(full["input_word_ids"], mask)
             return out
-        return self._span(inputs, tf.cast(out["start_logits"], tf.float32),
+        return self._span(inputs, full, tf.cast(out["start_logits"], tf.float32),
                           tf.cast(out["end_logits"], tf.float32))
 
-    def _span(self, inputs, start, end):
+    def _span(self, inputs, full, start, end):
+        """Span decoding on the cut batch (`inputs`, [B, L] logits); the [B, S] outputs are
+        padded back to `full`'s length, padding logits at SPAN_PAD_LOGIT."""
         ids, mask, types = inputs["input_word_ids"], inputs["input_mask"], inputs["input_type_ids"]
         if self.preprocessing is not None:
             tok = self.tokenizer
@@ -209,7 +220,7 @@ class EndToEndModule(tf.Module):
         cand = real & tf.where(has_b, types == 1, True)
         n = tf.shape(ids)[1]
         pos = tf.range(n)
-        length = pos[None, :] - pos[:, None]          # [S(start), S(end)]: end - start
+        length = pos[None, :] - pos[:, None]          # [L(start), L(end)]: end - start
         ok_len = (length >= 0) & (length < self._max_answer_length)
         valid = ok_len[None] & cand[:, :, None] & cand[:, None, :]
         scores = tf.where(valid, start[:, :, None] + end[:, None, :], float("-inf"))
@@ -218,12 +229,16 @@ class EndToEndModule(tf.Module):
         found = tf.reduce_any(valid, axis=[1, 2])
         start_index = tf.where(found, best // n, -1)
         end_index = tf.where(found, best % n, -1)
-        out = {"start_logits": start, "end_logits": end, "start_index": start_index,
-               "end_index": end_index,
+        full_mask = full["input_mask"]
+        pad = common.SPAN_PAD_LOGIT
+        out = {"start_logits": common.restore(start, full_mask, pad),
+               "end_logits": common.restore(end, full_mask, pad),
+               "start_index": start_index, "end_index": end_index,
                "span_score": tf.where(found, tf.reduce_max(flat, axis=1), 0.0)}
         if self.preprocessing is None:
             return out
-        tokens = self._token_strings(ids, mask)
+        tokens = self._token_strings(full["input_word_ids"], full_mask)
+        pos = tf.range(tf.shape(full_mask)[1])
         in_span = (pos[None, :] >= start_index[:, None]) & (pos[None, :] <= end_index[:, None])
         answer = tf.strings.reduce_join(tf.where(in_span, tokens, ""), axis=1, separator=" ")
         answer = tf.strings.strip(tf.strings.regex_replace(answer, " +", " "))
