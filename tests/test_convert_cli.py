@@ -133,7 +133,11 @@ def test_peer_free_pairs_keep_the_outputs(source, ref, sources, tmp_path, from_f
     out = convert(from_format, sources[from_format], to_format, str(tmp_path / "out"),
                   vocab_file=vocab, **args)
     model = "encoder" if to_format == "savedmodel" else "pretrainer"  # the default
-    assert_parity(reload(to_format, out, model), ref[1],
+    want = ref[1]
+    if to_format == "savedmodel":  # served sequence outputs hold exactly 0.0 at padding
+        want = dict(want, sequence_output=want["sequence_output"]
+                    * inputs()["input_mask"][..., None])
+    assert_parity(reload(to_format, out, model), want,
                   ENCODER_KEYS if model == "encoder" else ALL_KEYS)
     listing = sorted(os.listdir(out))
     if to_format == "savedmodel":
