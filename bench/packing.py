@@ -127,13 +127,29 @@ def config(name, vocab_size=VOCAB_SIZE):
     return BertConfig(**cfg)
 
 
-def trainer(cfg, seq, batch, out, steps=10**6, lr=1e-4, warmup=100, preds=None, seed=1):
+def trainer(cfg, seq, batch, out, steps=10**6, lr=1e-4, warmup=100, preds=None, seed=1,
+            packed=False):
     options = pretraining.PretrainingOptions(
         output_dir=out, max_seq_length=seq, max_predictions_per_seq=preds or PRED[seq],
         train_batch_size=batch, eval_batch_size=64, learning_rate=lr, num_train_steps=steps,
         num_warmup_steps=warmup, iterations_per_loop=1, save_checkpoints_steps=10**6, seed=seed,
         progress=False)
-    return pretraining.make_trainer(cfg, options, get_strategy("one_device"))
+    return pretraining.make_trainer(cfg, options, get_strategy("one_device"), packed=packed)
+
+
+def unpacked_evaluation(trainer, pattern):
+    """`trainer.evaluate` of unpacked records, also for a packed run: evaluation gets a task of
+    the records' kind (its eval step keeps it; the traced training loop keeps the packed one)."""
+    task = pretraining.PretrainingTask(trainer.task.config, trainer.task.options, packed=False)
+    data_fn = task.dataset_fn(pattern, False)
+
+    def evaluate():
+        train_task, trainer.task = trainer.task, task
+        try:
+            return trainer.evaluate(data_fn, 10**6)
+        finally:
+            trainer.task = train_task
+    return evaluate
 
 
 class Stepper:
@@ -141,7 +157,8 @@ class Stepper:
     real sequences trained)."""
 
     def __init__(self, cfg, seq, batch, files, out, **kw):
-        self.trainer = trainer(cfg, seq, batch, out, **kw)
+        self.trainer = trainer(cfg, seq, batch, out, packed=pretraining.records_are_packed(files),
+                               **kw)
         self.iterator = iter(self.trainer.distribute(
             self.trainer.task.dataset_fn(files, True), True))
 
@@ -233,13 +250,12 @@ def time_to_quality(files, vocab, args, batch, per_row, seed):
                              lr=args.quality_lr, warmup=max(1, steps // 10),
                              preds=args.quality_preds, seed=seed)
         seqs[kind] = runs[kind].run(1)[1]  # trace (its time is not counted; its step is)
-        # After the trace: the traced loop keeps the packed inputs, evaluation reads unpacked.
-        eval_fns[kind] = runs[kind].trainer.task.dataset_fn(files["eval"], False)
+        eval_fns[kind] = unpacked_evaluation(runs[kind].trainer, files["eval"])
     clock = {kind: 0.0 for kind in runs}
 
     def evaluate(step):
         for kind, s in runs.items():
-            acc = s.trainer.evaluate(eval_fns[kind], 10**6)["masked_lm_accuracy"]
+            acc = eval_fns[kind]()["masked_lm_accuracy"]
             curves[kind].append((step, clock[kind], acc))
         print(f"  step {step}/{steps}: " + ", ".join(
             f"{k} {clock[k]:.1f} s acc {curves[k][-1][2]:.3f}" for k in runs), flush=True)

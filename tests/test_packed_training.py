@@ -70,8 +70,9 @@ def _batch(rows):
            "masked_lm_positions": batch["masked_lm_positions"],
            "masked_lm_ids": tf.cast(batch["masked_lm_ids"], tf.int32),
            "masked_lm_weights": batch["masked_lm_weights"]}
-    if "positions" in batch:
-        out.update(input_positions=batch["positions"],
+    if "positions" in batch:  # the sequence index under its own name, the mask 0/1
+        out.update(input_positions=batch["positions"], input_sequence_index=batch["input_mask"],
+                   input_mask=tf.cast(batch["input_mask"] > 0, tf.int64),
                    next_sentence_positions=batch["next_sentence_positions"],
                    next_sentence_labels=tf.cast(batch["next_sentence_labels"], tf.int32),
                    next_sentence_weights=batch["next_sentence_weights"])
@@ -102,12 +103,13 @@ def test_packed_equals_unpacked_per_sequence(data):
     inputs = pretraining.MODEL_INPUTS
     out_u, loss_u, stats_u, grads_u = _loss_and_grads(model, task, unpacked, inputs)
     out_p, loss_p, stats_p, grads_p = _loss_and_grads(
-        model, task, packed, inputs + ("input_positions", "next_sentence_positions"))
+        model, task, packed, inputs + ("input_positions", "input_sequence_index",
+                                       "next_sentence_positions"))
 
     # Per-sequence encoder outputs and the pooler on each [CLS].
     seq_u, seq_p = out_u["sequence_output"].numpy(), out_p["sequence_output"].numpy()
     pooled_u, pooled_p = out_u["pooled_output"].numpy(), out_p["pooled_output"].numpy()
-    mask = packed["input_mask"].numpy()
+    mask = packed["input_sequence_index"].numpy()
     i = 0
     for r in range(len(rows)):
         for k in range(int(packed["next_sentence_weights"][r].numpy().sum())):
@@ -129,15 +131,16 @@ def test_packed_equals_unpacked_per_sequence(data):
         np.testing.assert_allclose(gp, gu, rtol=1e-4, atol=1e-6, err_msg=v.path)
         assert np.abs(gu).max() > 0, v.path
 
-    # The test can fail: the ordinary padding mask lets a pack's sequences see each other,
+    # The test can fail: one sequence index lets a pack's sequences see each other,
     # positions 0..S-1 shift every sequence after the first.
     def worst(**changes):
         out = model({**{k: packed[k] for k in inputs}, "input_positions": packed[
-            "input_positions"], "next_sentence_positions": packed["next_sentence_positions"],
+            "input_positions"], "input_sequence_index": packed["input_sequence_index"],
+            "next_sentence_positions": packed["next_sentence_positions"],
             **changes}, training=False)["sequence_output"].numpy()
         return np.abs(out[mask > 0] - seq_p[mask > 0]).max()
 
-    assert worst(input_mask=tf.cast(mask > 0, tf.int64)) > 1e-2
+    assert worst(input_sequence_index=tf.cast(mask > 0, tf.int64)) > 1e-2
     arange = tf.broadcast_to(tf.range(SEQ, dtype=tf.int64)[None], mask.shape)
     assert worst(input_positions=arange) > 1e-2
 
@@ -145,7 +148,7 @@ def test_packed_equals_unpacked_per_sequence(data):
 def test_preflight_detects_packed_records_and_padding(data, tmp_path, caplog):
     caplog.set_level("INFO")
     info = check_pretraining_files([data["packed"]], SEQ, PRED, 64, 2, records_per_file=100)
-    assert info["packed"] and info["shape"] == (SEQ, PRED + PACK - 1, PACK)
+    assert info["packed"] and info["shape"] == (SEQ, PRED + PACK, PACK)
     real = sum(int((r["input_mask"] > 0).sum()) for r in data["rows"])
     assert info["padding"] == pytest.approx(1 - real / (SEQ * len(data["rows"])))
     assert "pre-flight: packed records (up to 3 sequences per pack" in caplog.text
@@ -188,14 +191,14 @@ def test_eval_results_equal_the_unpacked_records(data, tmp_path):
 
 # ---- in-process trainers: XLA, accumulation, mixed precision, two replicas -----------------
 
-def _trainer(tmp_path, name, strategy=None, **kw):
+def _trainer(tmp_path, name, strategy=None, packed=True, **kw):
     base = dict(output_dir=str(tmp_path / name), max_seq_length=SEQ,
                 max_predictions_per_seq=PRED, train_batch_size=4, learning_rate=1e-3,
                 num_train_steps=10, num_warmup_steps=1, seed=3, progress=False,
                 strategy="one_device", iterations_per_loop=1, save_checkpoints_steps=100)
     base.update(kw)
     trainer = pretraining.make_trainer(tiny_bert_config(num_hidden_layers=1),
-                                       pretraining.PretrainingOptions(**base), strategy)
+                                       pretraining.PretrainingOptions(**base), strategy, packed)
     return trainer
 
 
@@ -220,10 +223,14 @@ def test_packed_dataset_has_static_shapes_and_the_model_inputs(data, tmp_path):
     specs = ds.element_spec
     assert all(s.shape.is_fully_defined() and s.shape[0] == 4 for s in specs.values())
     assert specs["input_positions"].shape == (4, SEQ)
-    assert specs["masked_lm_positions"].shape == (4, PRED + PACK - 1)
+    assert specs["masked_lm_positions"].shape == (4, PRED + PACK)
     assert specs["next_sentence_weights"].shape == (4, PACK)
     assert set(trainer.task.model_inputs) == set(pretraining.MODEL_INPUTS) | {
-        "input_positions", "next_sentence_positions"}
+        "input_positions", "input_sequence_index", "next_sentence_positions"}
+    batch = next(iter(ds))  # the sequence index under its own name, input_mask 0/1
+    assert set(np.unique(batch["input_mask"])) == {0, 1}
+    np.testing.assert_array_equal(batch["input_mask"], batch["input_sequence_index"] > 0)
+    assert batch["input_sequence_index"].numpy().max() > 1
     with pytest.raises(BertError, match="--dynamic_masking: not supported on packed records"):
         _trainer(tmp_path, "dyn", dynamic_masking=True, mask_id=3).task.dataset_fn(data["packed"], True)(
             tf.distribute.InputContext(), 4, 1, 0)

@@ -1,4 +1,4 @@
-"""bert-pack-pretraining-data: every sequence exactly once, Habana's packed schema, SPFHP, the
+"""bert-pack-pretraining-data: every sequence exactly once, the packed-BERT layout, SPFHP, the
 journal, determinism, SIGTERM + --resume, and the one-line errors."""
 import json
 import os
@@ -75,7 +75,7 @@ def test_spfhp_puts_each_length_into_the_pack_with_most_room():
 def test_every_sequence_is_packed_exactly_once_in_habanas_schema(data, tmp_path):
     journal = _pack(data, tmp_path / "p.tfrecord", output_shards=2, num_workers=2)
     p = journal["num_predictions"]
-    assert p >= PREDS + N - 1 and p == max(PREDS + N - 1, journal["num_predictions_needed"])
+    assert p >= PREDS + N and p == max(PREDS + N, journal["num_predictions_needed"])
     rows = packing.parse_packed_records(journal["outputs"], SEQ, p, N)
     examples = data["examples"]
     assert len(rows) == journal["totals"]["packs_out"] < len(examples)
@@ -94,6 +94,8 @@ def test_every_sequence_is_packed_exactly_once_in_habanas_schema(data, tmp_path)
             assert list(row["positions"][where]) == list(range(len(where)))
         assert not row["positions"][real:].any() and not row["input_ids"][real:].any()
         preds = row["masked_lm_weights"] != 0
+        # The packed-BERT layout: each prediction's weight is its sequence's index.
+        assert (row["masked_lm_weights"][preds] == mask[row["masked_lm_positions"][preds]]).all()
         assert (mask[row["masked_lm_positions"][preds]] > 0).all()
         assert not row["masked_lm_positions"][~preds].any()
     unpacked = [s for row in rows for s in packing.unpack_example(row, SEQ, PREDS)]
@@ -134,8 +136,9 @@ def test_same_seed_same_bytes_other_seed_other_order(data, tmp_path):
 
 def test_one_line_errors(data, tmp_path):
     with pytest.raises(BertError, match=r"^--input_file .*u\.tfrecord-00000-of-00002: record "
-                                        r"\d+: a sequence of \d+ tokens is longer than "
-                                        r"--max_seq_length=16$"):
+                                        r"\d+: a sequence of (\d+) tokens is longer than "
+                                        r"--max_seq_length=16: pass --max_seq_length=\1 or "
+                                        r"more \(the records' own length\)$"):
         _pack(data, tmp_path / "short.tfrecord", max_seq_length=16)
     done = _pack(data, tmp_path / "p.tfrecord")
     with pytest.raises(BertError, match=r"^--input_file .*p\.tfrecord: record 0: already packed"):
@@ -153,7 +156,8 @@ def test_one_line_errors(data, tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        f"error: --input_file {tmp_path / 'text.txt'}: not a TFRecord file (bad record framing)"]
+        f"error: --input_file {tmp_path / 'text.txt'}: not a TFRecord file (bad record framing): "
+        "leave it out of --input_file"]
     assert not list(tmp_path.glob("[xy].tfrecord*")) and not list(tmp_path.glob("again*"))
 
 
@@ -202,3 +206,95 @@ def test_sigterm_exits_75_and_resume_gives_the_same_bytes(data, tmp_path):
     assert again.returncode == 0, again.stderr
     assert _shards(out.parent) == _shards(tmp_path / "ref")
     assert json.loads(journal.read_text())["resumed_shards"] == len(done)
+
+
+# ---- the packed-BERT layout and the packer's edges (issue 39) -------------------------------
+
+def test_our_records_parse_with_the_layouts_fixed_length_spec(data, tmp_path):
+    """The packed-BERT tooling's fixed-length spec, written out here: masked_lm_* of length
+    max_predictions_per_seq + max_sequences_per_pack, next_sentence_* of N."""
+    import tensorflow as tf
+    journal = _pack(data, tmp_path / "p.tfrecord")
+    p = PREDS + N
+    assert journal["num_predictions"] == p  # the data needs no more
+    ints = lambda n: tf.io.FixedLenFeature([n], tf.int64)  # noqa: E731
+    floats = lambda n: tf.io.FixedLenFeature([n], tf.float32)  # noqa: E731
+    spec = {"input_ids": ints(SEQ), "input_mask": ints(SEQ), "segment_ids": ints(SEQ),
+            "positions": ints(SEQ), "masked_lm_positions": ints(p), "masked_lm_ids": ints(p),
+            "masked_lm_weights": floats(p), "next_sentence_positions": ints(N),
+            "next_sentence_labels": ints(N), "next_sentence_weights": floats(N)}
+    rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(
+        journal["outputs"])]
+    assert len(rows) == journal["totals"]["packs_out"]
+    for row in rows:
+        w, pos, mask = (row[k].numpy() for k in ("masked_lm_weights", "masked_lm_positions",
+                                                  "input_mask"))
+        assert (w[w > 0] == mask[pos[w > 0]]).all() and set(w) <= {0, 1, 2, 3}
+        assert set(row["next_sentence_weights"].numpy()) <= {0.0, 1.0}
+
+
+def test_zero_length_sequences_are_rejected_by_the_library_and_the_command(data, tmp_path):
+    empty = {k: np.zeros_like(v) for k, v in data["examples"][0].items()}
+    with pytest.raises(BertError, match=r"^example 1: a sequence with no tokens \(input_mask "
+                                        r"all 0\): remove such records or make the data again$"):
+        packing.pack_examples([data["examples"][0], empty], SEQ, N, PREDS)
+    f = writer.RecordFile(str(tmp_path / "e.tfrecord"))
+    for example in (data["examples"][0], data["examples"][1], empty):
+        f.write(_encode(example))
+    f.commit()
+    with pytest.raises(BertError, match=r"^--input_file .*e\.tfrecord: record 2: a sequence "
+                                        r"with no tokens \(input_mask all 0\): remove"):
+        _pack(dict(data, glob=str(tmp_path / "e.tfrecord")), tmp_path / "x.tfrecord")
+
+
+def _encode(example):
+    entries = []
+    for name in sorted(example):
+        values = np.asarray(example[name]).tolist()
+        value = (schema._float_feature(values) if name in schema.FLOAT_FEATURES
+                 else schema._int64_feature([int(v) for v in values]))
+        entries.append(schema._len_field(b"\x0a", schema._len_field(b"\x0a", name.encode())
+                                         + schema._len_field(b"\x12", value)))
+    return schema._len_field(b"\x0a", b"".join(entries))
+
+
+def test_an_input_that_shrinks_between_the_passes_is_a_one_line_error(data, tmp_path):
+    from bert_tf.pretraining_data import packing_io
+    path = data["inputs"][0]
+    records = sum(1 for _ in packing_io.iter_records(path))
+    task = packing_io.PackTask(0, [(path, 0, records + 5)], [records + 5], 0,
+                               str(tmp_path / "s.tfrecord"))
+    cfg = packing_io.PackConfig(SEQ, N, PREDS + N)
+    with pytest.raises(BertError, match=rf"^--input_file .*u\.tfrecord-00000-of-00002: has "
+                                        rf"{records} records, pass 1 read {records + 5} or more: "
+                                        r"it changed since pass 1 read it"):
+        packing_io.write_packs(task, cfg, lambda message: None)
+    cfg = packing_io.PackConfig(SEQ, N, PREDS + N, input_sizes={path: os.path.getsize(path) + 1})
+    with pytest.raises(BertError, match=r"now \d+ bytes, \d+ in pass 1: it changed"):
+        packing_io.write_packs(task, cfg, lambda message: None)
+    assert not list(tmp_path.iterdir())
+
+
+def test_resume_refuses_inputs_rewritten_to_the_same_size(data, tmp_path):
+    from bert_tf.pretraining_data import packing_io
+    src = tmp_path / "in"
+    src.mkdir()
+    for path in data["inputs"]:
+        (src / os.path.basename(path)).write_bytes(open(path, "rb").read())
+    inputs = dict(data, glob=str(src / "u.tfrecord-*"))
+    out = tmp_path / "out" / "p.tfrecord"
+    first = _pack(inputs, out, output_shards=2)
+    assert first["complete"]
+    again = _pack(inputs, out, output_shards=2, resume=True)  # unchanged: resumes
+    assert again["resumed_shards"] == 2
+    # Same records in the reverse order: the same size, other content.
+    target = src / os.path.basename(data["inputs"][0])
+    records = list(packing_io.iter_records(str(target)))
+    f = writer.RecordFile(str(target))
+    for record in reversed(records):
+        f.write(record)
+    f.commit()
+    assert target.stat().st_size == os.path.getsize(data["inputs"][0])
+    with pytest.raises(BertError, match=r"^--resume: .*p\.tfrecord\.stats\.json was made with "
+                                        r"other flags or inputs \(or an input's content changed"):
+        _pack(inputs, out, output_shards=2, resume=True)

@@ -4,8 +4,9 @@
       (in the checkout: python pack_pretraining_data.py ...)
 
 Reads the records create_pretraining_data writes (any mode, or the original release's) and
-writes packed rows in Habana's schema (input_mask = which sequence, positions restart per
-sequence, NSP at each sequence's [CLS]), planned by SPFHP on the length histogram. The journal
+writes packed rows in the packed-BERT layout (Habana's and Graphcore's packers; input_mask =
+which sequence, positions restart per sequence, NSP at each sequence's [CLS]), planned by SPFHP
+on the length histogram. The journal
 (<dir>/.bert_tf/<name>.stats.json) states the padding share before and after and the expected
 speed-up. Schema: `python -m bert_tf.resources tfrecords`. Logic: bert_tf/pretraining_data/packing*.py.
 """

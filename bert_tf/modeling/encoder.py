@@ -1,8 +1,9 @@
 """BertEncoder: embeddings + N post-LN transformer blocks + tanh pooler on [CLS].
 
 Inputs follow the TF Hub / Model Garden convention: a dict of int32 `input_word_ids`,
-`input_mask`, `input_type_ids` ([batch, seq]), plus `input_positions` for packed rows
-(`PACKED_INPUTS`). Outputs: `sequence_output` [B, S, H],
+`input_mask`, `input_type_ids` ([batch, seq]), plus `input_positions` and
+`input_sequence_index` for packed rows (`PACKED_INPUTS`). `input_mask` is always a padding
+mask, read as `> 0`. Outputs: `sequence_output` [B, S, H],
 `pooled_output` [B, H] and `encoder_outputs` (list of every layer's [B, S, H]).
 
 >>> import bert_tf, keras
@@ -17,14 +18,16 @@ Inputs follow the TF Hub / Model Garden convention: a dict of int32 `input_word_
 import keras
 from keras import ops
 
+from bert_tf import BertError
 from bert_tf.modeling import layers as bl
 from bert_tf.modeling.config import BertConfig
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
-# Packed pre-training rows add `input_positions` [B, S] (restarting at 0 for each sequence);
-# their `input_mask` is then the sequence index (1, 2, ... ; 0 = padding) and attention is
-# block-diagonal. Training-only: exports and served models take INPUT_NAMES.
-PACKED_INPUTS = ("input_positions",)
+# Packed pre-training rows add `input_positions` [B, S] (restarting at 0 for each sequence) and
+# `input_sequence_index` [B, S] (1, 2, ... = which sequence; 0 = padding): attention is then
+# block-diagonal. The index has its own name so that a mask is never taken for one (or one for
+# a mask). Training-only: exports and served models take INPUT_NAMES.
+PACKED_INPUTS = ("input_positions", "input_sequence_index")
 
 
 def dummy_inputs(batch=2, seq=8):
@@ -120,13 +123,20 @@ class BertEncoder(keras.layers.Layer):
         type_ids = inputs.get("input_type_ids")
         type_ids = ops.zeros_like(ids) if type_ids is None else ops.cast(type_ids, "int32")
         positions = inputs.get("input_positions")
+        index = inputs.get("input_sequence_index")
+        if (positions is None) != (index is None):  # half a packed row would train wrong
+            error = BertError("BertEncoder inputs: packed rows need both input_positions and "
+                              "input_sequence_index (see encoder.PACKED_INPUTS); got only "
+                              f"{'input_positions' if index is None else 'input_sequence_index'}")
+            error._keras_call_info_injected = True  # Keras then keeps it one line
+            raise error
         if positions is None:
             x = self.embeddings(ids, type_ids, training=training)
             bias = bl.attention_bias(mask)
-        else:  # packed rows: input_mask holds each token's sequence index (see PACKED_INPUTS)
+        else:  # packed rows (see PACKED_INPUTS); input_mask is not needed
             x = self.embeddings(ids, type_ids, training=training,
                                 position_ids=ops.cast(positions, "int32"))
-            bias = bl.packed_attention_bias(mask)
+            bias = bl.packed_attention_bias(index)
         outputs = []
         for block in self.transformer_layers:
             x = block(x, bias, training=training)

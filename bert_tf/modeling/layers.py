@@ -106,17 +106,20 @@ class BertEmbeddings(keras.layers.Layer):
 
 
 def attention_bias(input_mask, dtype="float32"):
-    """Additive attention bias from a padding mask, as the original computes it.
+    """Additive attention bias from a padding mask, as the original computes it for 0/1.
+
+    Read as `mask > 0`: any other positive value (a packed row's sequence index given as a mask)
+    is a real token, never a positive bias.
 
     Args:
-        input_mask: int or float [B, S], 1 for real tokens and 0 for padding.
+        input_mask: int or float [B, S], > 0 for real tokens and 0 for padding.
         dtype: dtype of the result.
 
     Returns:
         [B, 1, 1, S]: 0 for real tokens, -10000 for padding.
     """
-    mask = ops.cast(input_mask, dtype)
-    return (1.0 - mask)[:, None, None, :] * ATTENTION_MASK_ADDER
+    real = ops.cast(ops.greater(input_mask, 0), dtype)
+    return (1.0 - real)[:, None, None, :] * ATTENTION_MASK_ADDER
 
 
 def packed_attention_bias(sequence_index, dtype="float32"):

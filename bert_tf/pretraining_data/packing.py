@@ -3,19 +3,9 @@
 The packer is SPFHP, shortest-pack-first histogram packing (Krell et al. 2021, "Efficient
 Sequence Packing without Cross-contamination"): it plans on the histogram of sequence lengths
 only (longest first, each length into the pack with the most room left that fits it), then
-sequences are assigned to the planned packs in input order. Packed rows use Habana's feature
-names (MLPerf tooling reads them):
-
-  input_ids, segment_ids          int64 [S]  tokens and segment ids, sequences back to back
-  input_mask                      int64 [S]  1, 2, 3... = which sequence of the pack; 0 = padding
-  positions                       int64 [S]  position ids, restarting at 0 for each sequence
-  masked_lm_positions, _ids       int64 [P]  masked tokens (positions in the row)
-  masked_lm_weights               float [P]  1.0 real / 0.0 padding
-  next_sentence_positions         int64 [N]  the row position of each sequence's [CLS]
-  next_sentence_labels            int64 [N]  NSP labels
-  next_sentence_weights           float [N]  1.0 for each real sequence
-
-N = max_sequences_per_pack, P = max_predictions_per_seq + N - 1 unless the packs need more.
+sequences are assigned to the planned packs in input order. Rows are written in the packed-BERT
+layout (Habana's and Graphcore's TF packers): its one table, with S, P and N, is in the
+tfrecords guide (`python -m bert_tf.resources tfrecords`, "Packed records").
 The file command (TFRecords in, TFRecords out) is `packing_run`; records are read in
 `packing_io`. No TensorFlow import here except in `packed_feature_spec`/`parse_packed_records`.
 """
@@ -41,13 +31,14 @@ class InputError(BertError):
 
 
 def default_num_predictions(max_predictions_per_seq, max_sequences_per_pack):
-    """P when the packs need no more: max_predictions_per_seq + max_sequences_per_pack - 1.
+    """P when the packs need no more: max_predictions_per_seq + max_sequences_per_pack (the
+    packed-BERT layout's length, so its fixed-length readers parse our rows).
 
     Args:
         max_predictions_per_seq: the unpacked records' max_predictions_per_seq.
         max_sequences_per_pack: N.
     """
-    return max_predictions_per_seq + max_sequences_per_pack - 1
+    return max_predictions_per_seq + max_sequences_per_pack
 
 
 def packed_feature_lengths(max_seq_length, num_predictions, max_sequences_per_pack):
@@ -127,11 +118,13 @@ def check_features(names):
     """A record's feature names -> InputError unless an unpacked pre-training record."""
     if is_packed(names):
         raise InputError("already packed (it has a 'positions' / 'next_sentence_positions' "
-                         "feature); give the unpacked records")
+                         "feature): give the unpacked records (bert-run-pretraining reads packed "
+                         "ones as they are)")
     missing = [n for n in schema.FEATURE_NAMES if n not in names]
     if missing:
         raise InputError(f"not a pre-training record (no {missing[0]!r} feature; expected "
-                         f"{', '.join(schema.FEATURE_NAMES)})")
+                         f"{', '.join(schema.FEATURE_NAMES)}): give the records "
+                         "create_pretraining_data writes")
 
 
 def sequence_length(input_mask):
@@ -139,7 +132,8 @@ def sequence_length(input_mask):
     mask = np.asarray(input_mask)
     n = int(np.count_nonzero(mask))
     if n and (mask[:n] != 1).any():
-        raise InputError("input_mask is not 1s followed by 0s (already packed?)")
+        raise InputError("input_mask is not 1s followed by 0s (already packed?): give the "
+                         "unpacked records create_pretraining_data writes")
     return n
 
 
@@ -152,15 +146,20 @@ def to_sequence(features, max_seq_length):
     """
     check_features(features)
     n = sequence_length(features["input_mask"])
+    if not n:  # the library and the command reject it alike (nothing to train on)
+        raise InputError("a sequence with no tokens (input_mask all 0): remove such records "
+                         "or make the data again")
     if n > max_seq_length:
         raise InputError(f"a sequence of {n} tokens is longer than --max_seq_length="
-                         f"{max_seq_length}")
+                         f"{max_seq_length}: pass --max_seq_length={n} or more (the records' "
+                         "own length)")
     pos = np.asarray(features["masked_lm_positions"], np.int64)
     lm_ids = np.asarray(features["masked_lm_ids"], np.int64)
     weights = np.asarray(features["masked_lm_weights"], np.float32)
     real = (pos != 0) | (lm_ids != 0) | (weights != 0)  # padding entries are all zero
     if (pos[real] >= n).any() or (pos[real] < 0).any():
-        raise InputError("a masked_lm_position points outside its sequence")
+        raise InputError("a masked_lm_position points outside its sequence: the record is "
+                         "damaged; make the data again")
     label = np.asarray(features["next_sentence_labels"]).reshape(-1)
     return Sequence(np.asarray(features["input_ids"], np.int64)[:n],
                     np.asarray(features["segment_ids"], np.int64)[:n],
@@ -289,7 +288,8 @@ def build_row(sequences, max_seq_length, num_predictions, max_sequences_per_pack
     for k, seq in enumerate(sequences):
         length, m = len(seq), seq.num_predictions
         if offset + length > s or j + m > p or k >= n:
-            raise BertError(f"internal error: a pack does not fit (S={s}, P={p}, N={n})")
+            raise BertError(f"internal error: a pack does not fit (S={s}, P={p}, N={n}); "
+                            "please report it with the command line")
         span = slice(offset, offset + length)
         row["input_ids"][span] = seq.ids
         row["input_mask"][span] = k + 1
@@ -297,7 +297,7 @@ def build_row(sequences, max_seq_length, num_predictions, max_sequences_per_pack
         row["positions"][span] = np.arange(length)
         row["masked_lm_positions"][j:j + m] = seq.lm_positions + offset
         row["masked_lm_ids"][j:j + m] = seq.lm_ids
-        row["masked_lm_weights"][j:j + m] = seq.lm_weights
+        row["masked_lm_weights"][j:j + m] = k + 1  # the layout: the prediction's sequence
         row["next_sentence_positions"][k] = offset
         row["next_sentence_labels"][k] = seq.label
         row["next_sentence_weights"][k] = 1.0
@@ -344,13 +344,17 @@ def pack_examples(examples, max_seq_length=128, max_sequences_per_pack=3,
         examples: dicts with the original features (as `schema.parse_records` returns).
         max_seq_length: S of the packed rows (>= every sequence's length).
         max_sequences_per_pack: N.
-        max_predictions_per_seq: sets the default P (+ N - 1).
+        max_predictions_per_seq: sets the default P (+ N).
         num_predictions: P; None: max(default, what the packs need).
         random_seed: orders the packs (as one window of the file command).
         shuffle: False keeps the plan's order.
 
     Returns:
-        list of packed feature dicts (see the module docstring).
+        list of packed feature dicts (the tfrecords guide's table).
+
+    Raises:
+        InputError: an example that cannot be packed (no tokens, too long, already packed),
+            named by its index; the file command rejects the same records.
     """
     sequences = []
     for i, example in enumerate(examples):
@@ -364,12 +368,14 @@ def pack_examples(examples, max_seq_length=128, max_sequences_per_pack=3,
     p = num_predictions or max(default_num_predictions(max_predictions_per_seq,
                                                        max_sequences_per_pack), needed)
     if needed > p:
-        raise BertError(f"num_predictions={p}: a pack needs {needed}")
+        raise BertError(f"num_predictions={p}: a pack needs {needed}; pass num_predictions="
+                        f"{needed} or more, or None to size it from the data")
     return [build_row(pack, max_seq_length, p, max_sequences_per_pack) for pack in packs]
 
 
 def unpack_example(row, max_seq_length, max_predictions_per_seq):
-    """A packed row -> its sequences as original-schema dicts, padded to these lengths.
+    """A packed row -> its sequences as original-schema dicts, padded to these lengths
+    (masked_lm_weights 1.0: a packed weight > 0 is a real prediction).
 
     Args:
         row: a packed feature dict (numpy arrays).
@@ -389,7 +395,6 @@ def unpack_example(row, max_seq_length, max_predictions_per_seq):
             row["input_ids"][where].tolist(), row["segment_ids"][where].tolist(),
             (lm_pos[preds] - start).tolist(), row["masked_lm_ids"][preds].tolist(),
             bool(row["next_sentence_labels"][k]), max_seq_length, max_predictions_per_seq)
-        features["masked_lm_weights"][:int(preds.sum())] = row["masked_lm_weights"][preds].tolist()
         out.append({name: np.asarray(v, np.float32 if name in schema.FLOAT_FEATURES else np.int64)
                     for name, v in features.items()})
     return out

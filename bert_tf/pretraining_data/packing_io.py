@@ -8,13 +8,14 @@ writes the shard under a temp name. Records are read and written without TensorF
 paths: TFRecord framing here, tf.train.Example through protobuf with a descriptor of our own.
 """
 import dataclasses
+import hashlib
 import struct
 
 import numpy as np
 
 from bert_tf import BertError
 from bert_tf.pretraining_data import packing
-from bert_tf.pretraining_data.documents import open_binary
+from bert_tf.pretraining_data.documents import file_size, open_binary
 from bert_tf.pretraining_data.guard import signals_held
 from bert_tf.pretraining_data.writer import RecordFile, frame, masked_crc
 
@@ -24,12 +25,13 @@ REPORT_EVERY = 2000  # records between progress messages
 
 # ---- TFRecord + tf.train.Example, no TensorFlow ----------------------------------------------
 
-def iter_records(path, skip=0):
+def iter_records(path, skip=0, digest=None):
     """Yields the records of a TFRecord file (after the first `skip`).
 
     Args:
         path: the TFRecord file.
         skip: how many records to pass over first.
+        digest: a hashlib object that gets every byte read (with skip=0: the whole file).
 
     Raises:
         packing.InputError: not TFRecord framing (bad length checksum, cut short).
@@ -38,19 +40,26 @@ def iter_records(path, skip=0):
         index = 0
         while True:
             head = f.read(12)
+            if digest is not None:
+                digest.update(head)
             if not head:
                 return
             if len(head) < 12:
-                raise packing.InputError(f"record {index}: cut short (not a TFRecord file?)")
+                raise packing.InputError(f"record {index}: cut short (not a TFRecord file?): "
+                                         "make the file again or leave it out of --input_file")
             length, crc = _HEAD.unpack(head)
             if masked_crc(head[:8]) != crc:
-                raise packing.InputError("not a TFRecord file (bad record framing)")
+                raise packing.InputError("not a TFRecord file (bad record framing): leave it out "
+                                         "of --input_file")
             if index < skip:
                 f.seek(length + 4, 1)
             else:
-                data = f.read(length)
-                if len(data) < length or len(f.read(4)) < 4:
-                    raise packing.InputError(f"record {index}: cut short")
+                data, footer = f.read(length), f.read(4)
+                if digest is not None:
+                    digest.update(data + footer)
+                if len(data) < length or len(footer) < 4:
+                    raise packing.InputError(f"record {index}: cut short (the file is truncated): "
+                                             "make it again or leave it out of --input_file")
                 yield data
             index += 1
 
@@ -135,7 +144,8 @@ def decode_example(data):
     try:
         example = _example_class().FromString(data)
     except DecodeError:
-        raise packing.InputError("not a tf.train.Example record") from None
+        raise packing.InputError("not a tf.train.Example record: give the pre-training "
+                                 "TFRecords create_pretraining_data writes") from None
     out = {}
     for name, feature in example.features.feature.items():
         kind = feature.WhichOneof("kind")
@@ -159,8 +169,23 @@ def read_sequence(data, max_seq_length):
     features = decode_example(data)
     packing.check_features(features)
     if any(features[n] is None for n in packing.schema.FEATURE_NAMES):
-        raise packing.InputError("not a pre-training record (a feature holds bytes)")
+        raise packing.InputError("not a pre-training record (a feature holds bytes): give the "
+                                 "records create_pretraining_data writes")
     return packing.to_sequence(features, max_seq_length), len(features["input_ids"])
+
+
+def file_digest(path):
+    """sha256 of a file's bytes (hex): what the resume fingerprint holds of each input, so an
+    input rewritten to the same size is not taken for the one read before."""
+    digest = hashlib.sha256()
+    with open_binary(path) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+CHANGED = ("changed since pass 1 read it: leave the inputs alone while packing, then run "
+           "again without --resume")
 
 
 def _where(path, index, error):
@@ -177,6 +202,7 @@ class PackConfig:
     max_sequences_per_pack: int
     num_predictions: int = 0  # P (pass 2)
     random_seed: int = 12345
+    input_sizes: dict = None  # path -> size in bytes at pass 1 (pass 2 checks it)
 
 
 @dataclasses.dataclass
@@ -209,8 +235,9 @@ def length_job(cfg):
         histogram = np.zeros(s + 1, np.int64)
         most = np.zeros(s + 1, np.int64)  # most predictions seen per length
         count = padded = unreported = 0
+        digest = hashlib.sha256()
         try:
-            for index, data in enumerate(iter_records(task.path)):
+            for index, data in enumerate(iter_records(task.path, digest=digest)):
                 try:
                     seq, width = read_sequence(data, s)
                 except packing.InputError as e:
@@ -226,27 +253,35 @@ def length_job(cfg):
                     unreported = 0
         except packing.InputError as e:  # the framing
             raise _where(task.path, None, e) from None
-        if histogram[0]:
-            raise _where(task.path, None, f"{histogram[0]} record(s) have no tokens "
-                         "(input_mask all 0)")
         report(("progress", task.index, 0, unreported, 0))
         report(("done", task.index, {"records": count, "padded_tokens": padded,
+                                     "sha256": digest.hexdigest(), "size": file_size(task.path),
                                      "histogram": histogram.tolist(),
                                      "max_predictions": most.tolist()}, done()))
     return job
 
 
-def _sequences(pieces, max_seq_length):
+def _sequences(pieces, max_seq_length, sizes=None):
     for path, skip, take in pieces:
         if not take:
             continue
-        for i, data in enumerate(iter_records(path, skip)):
-            try:
-                yield read_sequence(data, max_seq_length)[0]
-            except packing.InputError as e:
-                raise _where(path, skip + i, e) from None
-            if i + 1 == take:
-                break
+        if sizes and path in sizes and file_size(path) != sizes[path]:
+            raise _where(path, None, f"now {file_size(path)} bytes, {sizes[path]} in pass 1: it "
+                         f"{CHANGED}")
+        i = -1
+        try:
+            for i, data in enumerate(iter_records(path, skip)):
+                try:
+                    yield read_sequence(data, max_seq_length)[0]
+                except packing.InputError as e:
+                    raise _where(path, skip + i, e) from None
+                if i + 1 == take:
+                    break
+        except packing.InputError as e:  # the framing
+            raise _where(path, None, f"{e}: it {CHANGED}") from None
+        if i + 1 < take:  # fewer records than pass 1 counted: never a bare StopIteration
+            raise _where(path, None, f"has {skip + i + 1} records, pass 1 read {skip + take} "
+                         f"or more: it {CHANGED}")
 
 
 def write_packs(task, cfg, report, done=None):
@@ -266,7 +301,7 @@ def write_packs(task, cfg, report, done=None):
     stats = {"sequences": 0, "packs": 0, "tokens": 0, "predictions": 0,
              "most_predictions_in_a_pack": 0}
     try:
-        source = _sequences(task.pieces, s)
+        source = _sequences(task.pieces, s, cfg.input_sizes)
         for w, size in enumerate(task.windows):
             window = [next(source) for _ in range(size)]
             packs = packing.pack_sequences(window, s, n,
@@ -277,8 +312,9 @@ def write_packs(task, cfg, report, done=None):
                 for pack in block:
                     m = sum(q.num_predictions for q in pack)
                     stats["most_predictions_in_a_pack"] = max(stats["most_predictions_in_a_pack"], m)
-                    if m > p:  # never drop a prediction
-                        raise BertError(f"internal error: a pack needs {m} predictions > P={p}")
+                    if m > p:  # never drop a prediction; pass 1 saw fewer
+                        raise BertError(f"--input_file: a pack needs {m} masked-LM predictions, "
+                                        f"more than the {p} pass 1 planned for: an input {CHANGED}")
                     stats["predictions"] += m
                     stats["tokens"] += sum(len(q) for q in pack)
                 records = [packing.encode_row(packing.build_row(pack, s, p, n)) for pack in block]

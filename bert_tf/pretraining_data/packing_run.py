@@ -32,7 +32,7 @@ class PackOptions:
     output_file: str = flag("", "Output packed TFRecord file (or comma-separated list of files).")
     max_seq_length: int = flag(128, "Length of the packed rows; every input sequence must fit.")
     max_predictions_per_seq: int = flag(20, "Masked-LM predictions per input sequence; packed "
-                                        "rows hold this + max_sequences_per_pack - 1 (more if "
+                                        "rows hold this + max_sequences_per_pack (more if "
                                         "the data needs it, stated in the journal).")
     max_sequences_per_pack: int = flag(3, "Most sequences in one packed row.")
     random_seed: int = flag(12345, "Seed of the packs' order (the output is a function of "
@@ -68,11 +68,13 @@ def _output_paths(opts):
         stats_file=opts.stats_file, mode="streaming", num_workers=opts.num_workers))
 
 
-def _fingerprint(opts, input_files, num_shards):
+def _fingerprint(opts, input_files, num_shards, digests):
+    """What --resume must find unchanged: the flags and each input's path, size and sha256
+    (content, not only size: records rewritten to the same size are other records)."""
     flags = {k: v for k, v in dataclasses.asdict(opts).items()
              if k not in ("num_workers", "resume", "progress", "stats_file", "output_file")}
     return {"flags": flags, "num_shards": num_shards,
-            "inputs": [[p, file_size(p)] for p in input_files]}
+            "inputs": [[p, file_size(p), d] for p, d in zip(input_files, digests)]}
 
 
 def _lengths(opts, input_files, progress):
@@ -90,6 +92,7 @@ def _lengths(opts, input_files, progress):
     workers_lib.run_tasks(tasks, cfg, opts.num_workers, on_message, make_job=io_lib.length_job)
     per_file = [found[i] for i in range(len(input_files))]
     return {"records_per_file": [f["records"] for f in per_file],
+            "sha256": [f["sha256"] for f in per_file], "sizes": [f["size"] for f in per_file],
             "padded_tokens": sum(f["padded_tokens"] for f in per_file),
             "histogram": np.sum([f["histogram"] for f in per_file], axis=0).tolist(),
             "max_predictions": np.max([f["max_predictions"] for f in per_file], axis=0).tolist()}
@@ -138,7 +141,8 @@ def run(opts):
     prefix = next(f.strip() for f in opts.output_file.split(",") if f.strip())
     overlap = set(paths) & set(input_files)
     if overlap:
-        raise BertError(f"--output_file: {sorted(overlap)[0]} is also an input")
+        raise BertError(f"--output_file: {sorted(overlap)[0]} is also an input; write "
+                        "to another path")
     lock_path = guard.sidecar_path(prefix, "lock")
     writer_lib.check_writable(paths + [stats_path, lock_path])
     with guard.stop_on_signals() as stop, guard.OutputLock(lock_path, prefix):
@@ -154,7 +158,6 @@ def run(opts):
 
 
 def _run(opts, input_files, paths, stats_path, start, stop):
-    fingerprint = _fingerprint(opts, input_files, len(paths))
     writer_lib.remove_stale_tmps(stats_path)
     journal_existed = writer_lib.exists(stats_path)
     previous = {}
@@ -164,9 +167,12 @@ def _run(opts, input_files, paths, stats_path, start, stop):
         except ValueError:
             raise BertError(f"--resume: {stats_path} is not valid JSON; delete it to start "
                             "over") from None
+        digests = [io_lib.file_digest(p) for p in input_files]  # content, before trusting it
+        fingerprint = _fingerprint(opts, input_files, len(paths), digests)
         if previous.get("config") != fingerprint:
-            raise BertError(f"--resume: {stats_path} was made with other flags or inputs; use "
-                            "the same ones, or drop --resume to start over")
+            raise BertError(f"--resume: {stats_path} was made with other flags or inputs (or "
+                            "an input's content changed since); use the same ones, or drop "
+                            "--resume to start over")
     lengths = previous.get("lengths")
     if lengths is None:
         progress = _bar(None, opts.progress, "reading lengths", "rec")
@@ -174,9 +180,11 @@ def _run(opts, input_files, paths, stats_path, start, stop):
             lengths = _lengths(opts, input_files, progress)
         finally:
             progress.close()
+        fingerprint = _fingerprint(opts, input_files, len(paths), lengths["sha256"])
     total = sum(lengths["records_per_file"])
     if not total:
-        raise BertError(f"--input_file: no records in {opts.input_file!r}")
+        raise BertError(f"--input_file: no records in {opts.input_file!r}; give files "
+                        "with pre-training records")
     histogram = np.asarray(lengths["histogram"])
     default_p = packing.default_num_predictions(opts.max_predictions_per_seq,
                                                 opts.max_sequences_per_pack)
@@ -184,7 +192,7 @@ def _run(opts, input_files, paths, stats_path, start, stop):
                                          opts.max_seq_length, opts.max_sequences_per_pack)
     p = max(default_p, needed_p)
     cfg = io_lib.PackConfig(opts.max_seq_length, opts.max_sequences_per_pack, p,
-                            opts.random_seed)
+                            opts.random_seed, dict(zip(input_files, lengths["sizes"])))
     tasks = plan_tasks(lengths["records_per_file"], input_files, paths, opts.window_size)
     done = {int(k): v for k, v in previous.get("shards", {}).items()
             if writer_lib.exists(paths[int(k)])}
@@ -199,7 +207,7 @@ def _run(opts, input_files, paths, stats_path, start, stop):
                 "random_seed": opts.random_seed, "shards": len(paths)}
     if p > default_p:
         settings["num_predictions_note"] = (
-            f"P={p} > max_predictions_per_seq + max_sequences_per_pack - 1 = {default_p}: "
+            f"P={p} > max_predictions_per_seq + max_sequences_per_pack = {default_p}: "
             f"{opts.max_sequences_per_pack} sequences of these lengths can hold up to {p} "
             "masked tokens")
     journal_written = []

@@ -1,20 +1,12 @@
-"""Packed pre-training records (bert-pack-pretraining-data; Habana's TF feature names).
+"""Reading packed pre-training records (the packed-BERT layout, as bert-pack-pretraining-data,
+Habana's and Graphcore's TF packers write it).
 
-Several sequences share one row of S tokens:
-
-  input_ids, segment_ids                        int64 [S]
-  input_mask                                    int64 [S]  1, 2, 3... = which sequence; 0 = padding
-  positions                                     int64 [S]  restart at 0 for each sequence
-  masked_lm_positions, masked_lm_ids            int64 [P]
-  masked_lm_weights                             float [P]
-  next_sentence_positions                       int64 [N]  each sequence's [CLS]
-  next_sentence_labels                          int64 [N]
-  next_sentence_weights                         float [N]  1 for each real sequence
-
-S is --max_seq_length; P and N are read from the records (N = --max_sequences_per_pack of the
-packer, P >= max_predictions_per_seq + N - 1). The reader detects packed records by their
-features (`is_packed`), so bert-run-pretraining takes either kind with the same flags. The
-schema itself is the packer's (bert_tf.pretraining_data.packing).
+The layout's one table is in the tfrecords guide (`python -m bert_tf.resources tfrecords`,
+"Packed records"). S is --max_seq_length; P and N are read from the records: any
+P >= --max_predictions_per_seq and N from 1 to 8 (more is read too). Packed masked_lm_weights
+and next_sentence_weights are read as `> 0` (the layout writes the sequence index as the
+weight); records from before it (P = max_predictions_per_seq + N - 1, weights 1.0) read the
+same. Whether records are packed is decided from their features (`is_packed`), once per run.
 """
 import math
 
@@ -26,8 +18,9 @@ from bert_tf.pretraining_data.packing import packed_feature_spec as feature_spec
 SEQ_FEATURES = ("input_ids", "input_mask", "segment_ids", "positions")
 PRED_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 NSP_FEATURES = ("next_sentence_positions", "next_sentence_labels", "next_sentence_weights")
-# Model-side names of the packed-only inputs the BertPretrainer reads.
-MODEL_INPUTS = ("input_positions", "next_sentence_positions")
+# Model-side names of the packed-only inputs the BertPretrainer reads (encoder.PACKED_INPUTS
+# and each sequence's [CLS]).
+MODEL_INPUTS = ("input_positions", "input_sequence_index", "next_sentence_positions")
 REPACK = "re-pack the data with bert-pack-pretraining-data"
 
 
@@ -162,3 +155,21 @@ def record_format(files):
         except Exception:  # noqa: BLE001 - bad files get their one-line error from pre-flight
             continue
     return None
+
+
+def to_model_inputs(batch):
+    """A packed batch as the input pipeline yields it (`input_mask` = the sequence index) ->
+    the model's names: `input_sequence_index`, and `input_mask` a 0/1 padding mask, so the index
+    never reaches the model as a mask. Batches that already have the index pass unchanged.
+
+    Args:
+        batch: dict of tensors with the packed features under model input names.
+    """
+    import tensorflow as tf
+    if "input_sequence_index" in batch:
+        return batch
+    out = dict(batch)
+    index = batch["input_mask"]
+    out["input_sequence_index"] = index
+    out["input_mask"] = tf.cast(index > 0, index.dtype)
+    return out

@@ -4,7 +4,8 @@ Loss = masked-LM weighted mean over the real predictions, sum(w * ce) / (sum(w) 
 NSP mean, both over the *global* batch: `normalizers()` gives the weight sum and the example
 count, which the trainer sums over replicas before `loss()` divides by them. Packed records
 (several sequences a row, bert_tf.training.packed_records) count their real sequences
-(next_sentence_weights) as examples, so both kinds give the same losses for the same
+(next_sentence_weights) as examples and read their weights as `> 0` (the packed-BERT layout
+writes each prediction's sequence index there), so both kinds give the same losses for the same
 sequences. Strategy, accumulation, mixed precision, XLA: bert_tf.training.trainer; checkpoints
 and resume: bert_tf.training.checkpointing.
 """
@@ -42,7 +43,7 @@ def pretraining_losses(outputs, batch, mlm_weight_total, global_batch_size):
     """
     logits = tf.cast(outputs["mlm_logits"], tf.float32)
     labels = batch["masked_lm_ids"]
-    weights = tf.cast(batch["masked_lm_weights"], tf.float32)
+    weights = _mlm_weights(batch)
     ce, mlm_hit = sparse_softmax_cross_entropy(labels, logits, with_hits=True)
     mlm_sum = tf.reduce_sum(weights * ce)
     nsp_logits = tf.cast(outputs["nsp_logits"], tf.float32)
@@ -51,7 +52,7 @@ def pretraining_losses(outputs, batch, mlm_weight_total, global_batch_size):
     nsp_hit = tf.cast(tf.equal(tf.argmax(nsp_logits, -1, output_type=tf.int32), nsp_labels),
                       tf.float32)
     if "next_sentence_weights" in batch:  # packed [B, N]: only the real sequences count
-        nsp_weights = tf.cast(batch["next_sentence_weights"], tf.float32)
+        nsp_weights = tf.cast(batch["next_sentence_weights"] > 0, tf.float32)
         nsp_ce, nsp_hit = nsp_weights * nsp_ce, nsp_weights * nsp_hit
         examples = tf.reduce_sum(nsp_weights)
     else:
@@ -64,6 +65,15 @@ def pretraining_losses(outputs, batch, mlm_weight_total, global_batch_size):
              "mlm_correct": tf.reduce_sum(weights * mlm_hit), "nsp_loss_sum": nsp_sum,
              "nsp_correct": tf.reduce_sum(nsp_hit), "examples": examples}
     return loss, stats
+
+
+def _mlm_weights(batch):
+    """float32 masked-LM weights: ordinary records' as written, packed ones' as `> 0` (1, 2, 3 =
+    the prediction's sequence; a weight of 2 must not count twice)."""
+    weights = batch["masked_lm_weights"]
+    if "next_sentence_weights" in batch:
+        return tf.cast(weights > 0, tf.float32)
+    return tf.cast(weights, tf.float32)
 
 
 def summarize(totals, steps):
@@ -88,14 +98,16 @@ class PretrainingTask(Task):
     Args:
         bert_config: the model's BertConfig.
         options: PretrainingOptions.
+        packed: whether the run's records are packed (`records_are_packed`), decided once:
+            the model's inputs follow it, and a dataset of the other kind is an error.
     """
     checkpoint_name = "model.ckpt"
     stat_keys = STAT_KEYS
     eval_keys = EVAL_KEYS[1:]
 
-    def __init__(self, bert_config, options):
+    def __init__(self, bert_config, options, packed=False):
         self.config, self.options = bert_config, options
-        self.packed = False  # set by dataset_fn from the records' features
+        self.packed = bool(packed)
 
     @property
     def model_inputs(self):
@@ -132,11 +144,10 @@ class PretrainingTask(Task):
         replicas): packed rows count the sequences they hold, so packed and unpacked runs over
         the same sequences have the same loss."""
         if "next_sentence_weights" in batch:
-            examples = tf.reduce_sum(tf.cast(batch["next_sentence_weights"], tf.float32))
+            examples = tf.reduce_sum(tf.cast(batch["next_sentence_weights"] > 0, tf.float32))
         else:
             examples = tf.cast(tf.shape(batch["next_sentence_labels"])[0], tf.float32)
-        return {"mlm_weight": tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)),
-                "examples": examples}
+        return {"mlm_weight": tf.reduce_sum(_mlm_weights(batch)), "examples": examples}
 
     def loss(self, batch, outputs, normalizers):
         """`pretraining_losses` with the global batch's normalizers.
@@ -183,16 +194,23 @@ class PretrainingTask(Task):
             training: shuffle, repeat and (with dynamic_masking) mask on the fly.
         """
         o = self.options
-        fmt = packed_records.record_format(list_files(input_file))
-        self.packed = bool(fmt and fmt["packed"])  # the model then takes positions too
 
         def fn(ctx, batch_size, seed, skip_batches):
-            return pretraining_dataset(
+            ds = pretraining_dataset(
                 input_file, batch_size, o.max_seq_length, o.max_predictions_per_seq, training,
                 input_context=ctx, seed=seed, dynamic_masking=o.dynamic_masking and training,
                 vocab_size=self.config.vocab_size, mask_id=o.mask_id, skip_batches=skip_batches,
                 type_vocab_size=self.config.type_vocab_size,
                 skip_corrupt_records=o.skip_corrupt_records)
+            packed = "next_sentence_positions" in ds.element_spec
+            if packed != self.packed:
+                kind = lambda p: "packed" if p else "ordinary (unpacked)"  # noqa: E731
+                raise BertError(f"--input_file={input_file}: {kind(packed)} records, but this "
+                                f"run was set up for {kind(self.packed)} ones: pass files of "
+                                "the kind the run started with")
+            if packed:  # the sequence index under its own name, input_mask 0/1
+                ds = ds.map(packed_records.to_model_inputs).prefetch(tf.data.AUTOTUNE)
+            return ds
         return fn
 
     def export(self, model, export_dir):
@@ -206,15 +224,30 @@ class PretrainingTask(Task):
         return pretraining_export.export_pretrained(model, export_dir, self.options)
 
 
-def make_trainer(bert_config, options, strategy=None):
+def records_are_packed(input_file):
+    """Whether the first readable record of `input_file` (comma-separated files or globs) is a
+    packed one; False when none is readable (pre-flight then names the problem).
+
+    Args:
+        input_file: the --input_file pattern.
+    """
+    fmt = packed_records.record_format(list_files(input_file))
+    return bool(fmt and fmt["packed"])
+
+
+def make_trainer(bert_config, options, strategy=None, packed=None):
     """A Trainer of the PretrainingTask with its optimizer built (ready for `restore()`).
 
     Args:
         bert_config: BertConfig.
         options: PretrainingOptions (output_dir set).
         strategy: a tf.distribute.Strategy; default: from options.
+        packed: whether the records are packed; None: decided from options.input_file's
+            records (False without one).
     """
-    trainer = Trainer(PretrainingTask(bert_config, options), options, strategy)
+    if packed is None:
+        packed = bool(options.input_file) and records_are_packed(options.input_file)
+    trainer = Trainer(PretrainingTask(bert_config, options, packed), options, strategy)
     trainer.build_optimizer(options.num_train_steps, options.num_warmup_steps)
     return trainer
 
@@ -247,7 +280,8 @@ def run_pretraining(options, strategy=None):
         pretraining_export.check_vocab(o, config)
     if o.do_train or o.do_eval:
         list_files(o.input_file)
-    trainer = make_trainer(config, o, strategy)
+    packed = (o.do_train or o.do_eval) and records_are_packed(o.input_file)  # once, here
+    trainer = make_trainer(config, o, strategy, packed=packed)
     restored = trainer.restore()
     task = trainer.task
     out = {"train": [], "eval": None, "export_dir": None}
