@@ -2,7 +2,8 @@
 
 `path` may be an original release directory (`bert_config.json`, `vocab.txt`,
 `bert_model.ckpt.*`), a Hugging Face directory, a keras-hub preset, a Model Garden checkpoint,
-a TF Hub or bert_tf SavedModel, or one of our training output directories
+a TF Hub or bert_tf SavedModel (also in a TF Serving `<dir>/<version>/` folder, the newest,
+or under `<dir>/encoder/`), or one of our training output directories
 (the table in `bert_tf.convert.formats` tells them apart). The config, vocab and casing come from the source:
 
   original / training / Model Garden   `bert_config.json` beside the checkpoint (training: else
@@ -11,8 +12,8 @@ a TF Hub or bert_tf SavedModel, or one of our training output directories
                  beside it, casing as the original release named its models (`uncased_...`
                  lower-cases, `cased_...`/`multi_cased_...` not, others: the original's
                  default, True)
-  Hugging Face   `config.json`, `vocab.txt`, `tokenizer_config.json` (`do_lower_case`,
-                 `strip_accents`)
+  Hugging Face   `config.json` (none beside a `.safetensors`: pass `bert_config_file=`),
+                 `vocab.txt`, `tokenizer_config.json` (`do_lower_case`, `strip_accents`)
   keras-hub      the preset's config, `assets/tokenizer/vocabulary.txt`, `tokenizer.json`
                  (`lowercase`, `strip_accents`: keras-hub's `BertTokenizer(lowercase=True)`
                  lower-cases and keeps accents, and so does the text model built from it)
@@ -37,7 +38,7 @@ from bert_tf.convert.common import casing_from_name  # noqa: F401  (API)
 from bert_tf.convert.source import Source as PretrainedSource  # noqa: F401  (API)
 from bert_tf.modeling import models as bm
 from bert_tf.modeling.encoder import BertEncoder
-from bert_tf.modeling.keras_data import KerasConventions
+from bert_tf.modeling.keras_data import KerasConventions, call_on_real_length
 from bert_tf.tokenization.text_graph import BertPreprocessingLayer
 
 TASKS = {None: BertEncoder, "pretraining": bm.BertPretrainer, "classification": bm.BertClassifier,
@@ -73,7 +74,10 @@ class BertTextModel(KerasConventions, keras.Model):
     output dict. `fit`, `evaluate`, `predict`, `validation_data` and direct calls take Python
     lists or arrays (a tuple of two lists for pairs; labels as lists or arrays), and
     `export(path)` writes the text-in TF Serving SavedModel
-    (`bert_tf.export.keras_export.export_model`).
+    (`bert_tf.export.keras_export.export_model`). `fit`, `evaluate` and `predict` compute
+    each batch at its real length (`bert_tf.modeling.keras_data.call_on_real_length`:
+    per-position outputs come back at seq_length, 0 at padding) unless
+    `pad_to_max_seq_length` (attribute, or keyword of the three).
 
     Args:
         preprocessor: a `BertPreprocessingLayer` (vocab, casing, seq_length).
@@ -83,8 +87,9 @@ class BertTextModel(KerasConventions, keras.Model):
 
     _text_input = True
 
-    def __init__(self, preprocessor, model, **kwargs):
+    def __init__(self, preprocessor, model, pad_to_max_seq_length=False, **kwargs):
         super().__init__(**kwargs)
+        self.pad_to_max_seq_length = bool(pad_to_max_seq_length)
         self.preprocessor = preprocessor
         self.model = model
         # Strings never go through XLA (Keras' jit_compile="auto" would try).
@@ -104,7 +109,11 @@ class BertTextModel(KerasConventions, keras.Model):
 
     def call(self, inputs, training=None):
         texts = list(inputs) if isinstance(inputs, (list, tuple)) else inputs
-        out = self.model(self.preprocessor(texts), training=training)
+        inputs = self.preprocessor(texts)
+        if self._cut_now():  # fit / evaluate / predict (strings never go through XLA)
+            out = call_on_real_length(lambda x: self.model(x, training=training), inputs)
+        else:
+            out = self.model(inputs, training=training)
         if isinstance(self.model, (bm.BertClassifier, bm.BertTokenClassifier)):
             return out["logits"]
         if isinstance(self.model, bm.BertEmbedder):
@@ -114,6 +123,7 @@ class BertTextModel(KerasConventions, keras.Model):
     def get_config(self):
         return {"preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
                 "model": keras.saving.serialize_keras_object(self.model),
+                "pad_to_max_seq_length": self.pad_to_max_seq_length,
                 "name": self.name, "trainable": self.trainable}
 
     @classmethod
@@ -211,13 +221,14 @@ def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_len
     return text_model(model, src, seq_length or src.max_seq_length or 128)
 
 
-def text_model(model, source, seq_length=128):
+def text_model(model, source, seq_length=128, pad_to_max_seq_length=False):
     """`BertTextModel` around `model` with `source`'s vocab and casing.
 
     Args:
         model: the built encoder or task model.
         source: a `PretrainedSource`.
         seq_length: int, the packed length.
+        pad_to_max_seq_length: compute every batch at seq_length (default: its real length).
     """
     where = source.detected.path
     if source.vocab_file is None:
@@ -230,7 +241,7 @@ def text_model(model, source, seq_length=128):
                                  strip_accents=source.strip_accents, name="preprocessor")
     from bert_tf.tokenization.vocab_check import check_vocab_count
     check_vocab_count(len(pre.vocabulary), cfg.vocab_size, source.vocab_file, where)
-    out = BertTextModel(pre, model, name=f"{model.name}_text")
+    out = BertTextModel(pre, model, pad_to_max_seq_length, name=f"{model.name}_text")
     out.build()
     if isinstance(model, (bm.BertClassifier, bm.BertTokenClassifier)):
         out.compile(optimizer=keras.optimizers.Adam(5e-5),

@@ -6,11 +6,27 @@ take (Keras itself refuses a list of labels, and blames x for it), and names the
 fault in a one-line `BertError`. Text-in models take strings (a tuple of two lists for
 sentence pairs); ids-in models take the dict of `input_word_ids`, `input_mask`,
 `input_type_ids`. `export(path)` writes the TF Serving export (`bert_tf.export.keras_export`).
+
+`fit`, `evaluate` and `predict` compute only the real tokens: each batch is cut to its longest
+real length (rounded up to one of `real_length.length_buckets(S)`) before the model runs, and
+per-position outputs come back [B, S, ...] with 0 at every padding position (-1e9 for span
+start/end logits). A direct call computes what it is given. Not under XLA (Keras' `jit_compile`, on by default on GPUs for ids-in
+models): there the compiled step keeps the fixed shape. `pad_to_max_seq_length=True` (a
+keyword of the three, or the model attribute) keeps the fixed shape everywhere.
 """
+import contextlib
+
 import numpy as np
 import tensorflow as tf
 
 from bert_tf import BertError
+from bert_tf.modeling import real_length
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+# Outputs of rank 2 that are per position (rank >= 3 always is).
+SPAN_OUTPUTS = ("start_logits", "end_logits")
+# What start/end logits hold at padding: below any real logit, finite (JSON, sums).
+SPAN_PAD_LOGIT = -1e9
 
 _PASS_THROUGH = (tf.Tensor, tf.data.Dataset, tf.RaggedTensor, tf.SparseTensor)
 
@@ -127,14 +143,91 @@ def num_examples(data):
     return int(shape[0]) if shape is not None and len(shape) and shape[0] is not None else None
 
 
+def restore_positions(x, input_mask, value=0):
+    """A [B, L, ...] output of a batch cut to L back to input_mask's [B, S, ...], `value` at
+    every padding position (so an output does not depend on the rest of its batch).
+
+    Args:
+        x: tensor of rank >= 2.
+        input_mask: the uncut int [B, S] mask.
+        value: what padding positions hold.
+    """
+    full = real_length.pad_back(x, tf.shape(input_mask)[1], value)
+    keep = input_mask > 0
+    for _ in range(x.shape.rank - 2):
+        keep = keep[..., None]
+    return tf.where(keep, full, tf.cast(value, x.dtype))
+
+
+def call_on_real_length(fn, inputs):
+    """`fn(inputs)` computed on the batch cut to its real length (rounded up to one of
+    `real_length.length_buckets(S)`, S static; else a multiple of 8), per-position outputs
+    (rank >= 3, and span start/end logits) restored to [B, S, ...] with 0 (-1e9 for span
+    logits) at every padding position. Pooled, class and real-position outputs equal the
+    full-length computation's within float rounding.
+
+    Args:
+        fn: the model call, a function of the inputs dict.
+        inputs: dict with the int [B, S] encoder inputs (other keys pass unchanged).
+    """
+    mask = tf.convert_to_tensor(inputs["input_mask"])
+    s = mask.shape[1]
+    length = real_length.real_length(mask)
+    length = (real_length.bucket_length(length, s) if s is not None else
+              real_length.bucket_length(length, tf.shape(mask)[1], step=8))
+    out = fn(real_length.cut(inputs, length, keys=[k for k in INPUT_NAMES if k in inputs]))
+
+    def restore(key, v):
+        if isinstance(v, (list, tuple)):
+            return type(v)(restore(key, x) for x in v)
+        if not isinstance(v, tf.Tensor) or v.shape.rank is None or v.shape.rank < 2 or (
+                v.shape.rank == 2 and key not in SPAN_OUTPUTS):
+            return v
+        return restore_positions(v, mask, SPAN_PAD_LOGIT if key in SPAN_OUTPUTS else 0)
+
+    if isinstance(out, dict):
+        return {k: restore(k, v) for k, v in out.items()}
+    return restore(None, out)
+
+
 class KerasConventions:
     """keras.Model mixin: list / array data in fit, evaluate, predict, validation_data and
     direct calls, one-line errors naming the argument, and `export` for TF Serving.
 
     A subclass sets `_text_input` (True: strings in, False: the ids dict).
+
+    Attributes:
+        pad_to_max_seq_length: False (default): `fit`, `evaluate` and `predict` cut each batch
+            to its real length (see the module docstring); True: the fixed shape.
     """
 
     _text_input = False
+    pad_to_max_seq_length = False
+    _cutting = False  # inside fit / evaluate / predict: whether batches are cut
+
+    def _cut_now(self):
+        """Cut this call? Inside fit / evaluate / predict as they decided; a direct call
+        computes what it is given (the trainer and the exports cut before their own
+        compiled steps)."""
+        return bool(self._cutting)
+
+    @contextlib.contextmanager
+    def _real_length(self, pad_to_max_seq_length):
+        """Cut batches in this fit / evaluate / predict unless padded or XLA-compiled."""
+        pad = self.pad_to_max_seq_length if pad_to_max_seq_length is None \
+            else pad_to_max_seq_length
+        try:
+            jit = bool(self.jit_compile)  # Keras' "auto" resolved: XLA needs static shapes
+        except AttributeError:
+            jit = False
+        before, cut = self._cutting, not pad and not jit
+        if getattr(self, "_functions_cut", cut) != cut:  # Keras' cached steps hold the mode
+            self.train_function = self.test_function = self.predict_function = None
+        self._functions_cut = self._cutting = cut
+        try:
+            yield
+        finally:
+            self._cutting = before
 
     def _x(self, x, what):
         return to_text(x, what) if self._text_input else to_ids(x, what)
@@ -160,48 +253,62 @@ class KerasConventions:
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
             validation_split=0.0, validation_data=None, shuffle=True, class_weight=None,
-            sample_weight=None, **kwargs):
+            sample_weight=None, pad_to_max_seq_length=None, **kwargs):
         """`keras.Model.fit`; x, y, sample_weight and validation_data may be lists / arrays
         (strings for a text-in model, a tuple of two lists for sentence pairs).
 
         Args:
             x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
                 shuffle, class_weight, sample_weight: as `keras.Model.fit`.
+            pad_to_max_seq_length: True: every batch at full length (default: the model's
+                attribute, False: each batch cut to its real length).
             **kwargs: its other keyword arguments.
         """
         x, y, sample_weight = self._xy(x, y, sample_weight)
-        return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
-                           callbacks=callbacks, validation_split=validation_split,
-                           validation_data=self._validation(validation_data), shuffle=shuffle,
-                           class_weight=class_weight, sample_weight=sample_weight, **kwargs)
+        with self._real_length(pad_to_max_seq_length):
+            return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
+                               callbacks=callbacks, validation_split=validation_split,
+                               validation_data=self._validation(validation_data),
+                               shuffle=shuffle, class_weight=class_weight,
+                               sample_weight=sample_weight, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None,
-                 **kwargs):
+                 pad_to_max_seq_length=None, **kwargs):
         """`keras.Model.evaluate`; x, y and sample_weight as for `fit`.
 
         Args:
             x, y, batch_size, verbose, sample_weight: as `keras.Model.evaluate`.
+            pad_to_max_seq_length: as for `fit`.
             **kwargs: its other keyword arguments.
         """
         x, y, sample_weight = self._xy(x, y, sample_weight)
-        return super().evaluate(x, y, batch_size=batch_size, verbose=verbose,
-                                sample_weight=sample_weight, **kwargs)
+        with self._real_length(pad_to_max_seq_length):
+            return super().evaluate(x, y, batch_size=batch_size, verbose=verbose,
+                                    sample_weight=sample_weight, **kwargs)
 
-    def predict(self, x, batch_size=None, verbose="auto", **kwargs):
+    def predict(self, x, batch_size=None, verbose="auto", pad_to_max_seq_length=None,
+                **kwargs):
         """`keras.Model.predict`; x as for `fit`.
 
         Args:
             x, batch_size, verbose: as `keras.Model.predict`.
+            pad_to_max_seq_length: as for `fit`.
             **kwargs: its other keyword arguments.
         """
-        return super().predict(self._x(x, "x"), batch_size=batch_size, verbose=verbose,
-                               **kwargs)
+        with self._real_length(pad_to_max_seq_length):
+            return super().predict(self._x(x, "x"), batch_size=batch_size, verbose=verbose,
+                                   **kwargs)
 
     def __call__(self, *args, **kwargs):
         if args:
             args = (self._x(args[0], "inputs"),) + args[1:]
         elif "inputs" in kwargs:
             kwargs["inputs"] = self._x(kwargs["inputs"], "inputs")
+        if self._cut_now() and not self._text_input and args and isinstance(args[0], dict) \
+                and "input_mask" in args[0]:
+            rest = args[1:]
+            return call_on_real_length(lambda x: super(KerasConventions, self).__call__(
+                x, *rest, **kwargs), args[0])
         return super().__call__(*args, **kwargs)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,

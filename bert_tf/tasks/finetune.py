@@ -19,6 +19,11 @@ from bert_tf.training.task import INPUT_NAMES, Task
 log = logging.getLogger("bert_tf.tasks")
 
 
+PAD_HELP = ("Compute every batch at --max_seq_length (the original's single fixed shape, e.g. "
+            "for TPUs). Default: each batch is cut to its longest real length, rounded up to "
+            "one of at most 8 lengths (16 above 128), with the same results.")
+
+
 @dataclasses.dataclass
 class RunConfig(TrainerOptions):
     """The fine-tuning scripts' shared flags (the original's names and defaults).
@@ -29,6 +34,9 @@ class RunConfig(TrainerOptions):
         num_train_epochs: epochs over the training set (unless num_train_steps).
         warmup_proportion: share of the steps with linear warm-up.
         do_export: export an end-to-end text-in SavedModel after training.
+        pad_to_max_seq_length: keep every batch max_seq_length wide (one compiled shape);
+            default: each batch is cut to its longest real length, rounded up to one of
+            `real_length.length_buckets(max_seq_length)`.
         See TrainerOptions for the rest.
     """
     max_seq_length: int = flag(128, "The maximum total input sequence length after WordPiece "
@@ -44,6 +52,7 @@ class RunConfig(TrainerOptions):
                                     "run.")
     keep_checkpoint_max: int = 3
     do_export: bool = flag(True, "After training, export an end-to-end text-in SavedModel.")
+    pad_to_max_seq_length: bool = flag(False, PAD_HELP)
 
     def train_steps(self, num_examples):
         """(num_train_steps, num_warmup_steps) for `num_examples` training examples."""
@@ -138,6 +147,9 @@ class FinetuneTask(Task):
     """A fine-tuning task: one loss from LOSSES, an end-to-end text-in export.
 
     Subclasses build their model in `build_model()` (the one place a model is made).
+    `cut_training`: whether training batches are cut to their real length. Not for spans:
+    the original's start/end softmax runs over every position, padding included, so cutting
+    would change the loss (predictions are cut: they read real positions only).
 
     Args:
         cfg: the task's RunConfig subclass (vocab_file/do_lower_case for the export).
@@ -151,6 +163,7 @@ class FinetuneTask(Task):
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}")
         self.cfg, self.loss_name, self.labels = cfg, loss, labels
+        self.cut_training = loss != "span"
 
     def normalizers(self, batch):
         """{"weight": examples in the batch, or labelled tokens for tagging}."""
@@ -183,15 +196,31 @@ class FinetuneTask(Task):
         return export_dir
 
 
-def arrays_dataset_fn(features):
+def cuts_batches(options, task=None):
+    """Whether batches are cut to their real length (not --pad_to_max_seq_length, and for
+    training a task whose loss does not see padding).
+
+    Args:
+        options: the RunConfig (or any options; without the field: cut).
+        task: for training, the FinetuneTask (its `cut_training`); None for prediction.
+    """
+    return not getattr(options, "pad_to_max_seq_length", False) and \
+        getattr(task, "cut_training", True)
+
+
+def arrays_dataset_fn(features, cut=False):
     """The trainer's dataset_fn over in-memory arrays: shuffled, repeated, full batches only
-    (static shapes), each input pipeline its own share.
+    (static batch size), each input pipeline its own share.
 
     Args:
         features: dict of NumPy arrays with a leading example axis.
+        cut: cut each batch (its [B, S] features and labels) to its longest real length,
+            rounded up to one of `real_length.length_buckets(S)`: the same batches in the
+            same order, a bounded set of shapes.
     """
     def fn(ctx, batch_size, seed, skip_batches):
         import tensorflow as tf
+        from bert_tf.modeling import real_length
         n = len(next(iter(features.values())))
         ds = tf.data.Dataset.from_tensor_slices(features)
         if ctx.num_input_pipelines > 1:
@@ -203,6 +232,8 @@ def arrays_dataset_fn(features):
         ds = ds.batch(batch_size, drop_remainder=True)
         if skip_batches:  # a resumed run continues the same stream
             ds = ds.skip(skip_batches)
+        if cut:
+            ds = ds.map(real_length.cut_batch_fn(int(features["input_mask"].shape[1])))
         return ds.prefetch(tf.data.AUTOTUNE)
     return fn
 
@@ -230,7 +261,8 @@ def train(trainer, features, num_train_steps, num_warmup_steps):
     """
     trainer.build_optimizer(num_train_steps, num_warmup_steps)
     trainer.restore()
-    history = trainer.train(arrays_dataset_fn(features))
+    history = trainer.train(arrays_dataset_fn(
+        features, cut=cuts_batches(trainer.options, trainer.task)))
     if not history:
         return None
     log.info("trained to step %d, loss %.4f", history[-1]["step"], history[-1]["loss"])
@@ -253,9 +285,12 @@ def predict(trainer, features, batch_size, output_keys, desc="predict"):
 def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
     """Yields dicts of float32 NumPy outputs batch by batch (streaming consumers).
 
-    The last batch is padded to full size (and the padding dropped from its outputs), so one
-    traced step serves every batch, and the iterator is never run to its end (ending a
-    distributed iterator costs about a second).
+    The last batch is padded to full size (and the padding dropped from its outputs), and the
+    iterator is never run to its end (ending a distributed iterator costs about a second).
+    Unless --pad_to_max_seq_length, each batch is cut to its real length (rounded up to one of
+    `real_length.length_buckets(S)`) and per-position outputs come back [N, S, ...]: every
+    padding position (input_mask 0) holds 0, or SPAN_PAD_LOGIT for start/end logits, whatever
+    the batch.
 
     Args:
         trainer: from make_trainer (restored).
@@ -265,20 +300,26 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
         desc: progress bar label.
     """
     import tensorflow as tf
+    from bert_tf.modeling import real_length
     from bert_tf.progress import bar as tqdm
     batch_size = int(batch_size)
     if batch_size <= 0:
         raise BertError(f"batch size: must be > 0, got {batch_size}")
     inputs = {k: np.asarray(features[k]) for k in INPUT_NAMES}
-    n = len(inputs["input_word_ids"])
+    n, seq_length = inputs["input_word_ids"].shape[:2]
     num_batches = -(-n // batch_size)
     pad = num_batches * batch_size - n
     if pad:  # all-zero rows: input_mask 0 everywhere, outputs discarded
         inputs = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
                   for k, v in inputs.items()}
-    step = _predict_step(trainer, tuple(output_keys))
     ds = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
-    iterator = iter(trainer.strategy.experimental_distribute_dataset(ds))
+    cut = cuts_batches(trainer.options)
+    if cut:
+        ds = ds.map(real_length.cut_batch_fn(int(seq_length)))
+    dist = trainer.strategy.experimental_distribute_dataset(ds)
+    step = _predict_step(trainer, tuple(output_keys), dist.element_spec,
+                         int(seq_length) if cut else None)
+    iterator = iter(dist)
     with tqdm(total=n, desc=desc, unit="ex", disable=not trainer.options.progress,
               dynamic_ncols=True) as bar:
         for b in range(num_batches):
@@ -289,19 +330,36 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
             yield out
 
 
-def _predict_step(trainer, output_keys):
+# What start/end logits hold at padding positions of a cut prediction: far below any real
+# logit, so the SQuAD decoder never picks them (as bert_tf.export's serving signatures;
+# keras_data.SPAN_PAD_LOGIT, which imports TensorFlow).
+SPAN_PAD_LOGIT = -1e9
+_PAD_VALUES = {"start_logits": SPAN_PAD_LOGIT, "end_logits": SPAN_PAD_LOGIT}
+
+
+def _predict_step(trainer, output_keys, element_spec, seq_length):
+    """The compiled prediction step for batches of `element_spec` (one trace: cut batches come
+    with a None length); seq_length: pad per-position outputs back to it (None: no cut)."""
     import tensorflow as tf
     cache = trainer.__dict__.setdefault("_finetune_predict_steps", {})
-    if output_keys not in cache:
+    key = (output_keys, seq_length, repr(element_spec))
+    if key not in cache:
         strategy, model = trainer.strategy, trainer.model
 
-        @tf.function
+        @tf.function(input_signature=[element_spec])
         def step(batch):
             out = strategy.run(lambda b: model(b, training=False), args=(batch,))
-            return {k: strategy.gather(out[k], axis=0) for k in output_keys}
+            out = {k: strategy.gather(out[k], axis=0) for k in output_keys}
+            if seq_length:
+                from bert_tf.modeling.keras_data import restore_positions
+                mask = strategy.gather(batch["input_mask"], axis=0)
+                out = {k: restore_positions(v, mask, _PAD_VALUES.get(k, 0))
+                       if v.shape.rank >= 2 and v.shape[1] is None else v
+                       for k, v in out.items()}
+            return out
 
-        cache[output_keys] = step
-    return cache[output_keys]
+        cache[key] = step
+    return cache[key]
 
 
 write_results = fileio.write_eval_results

@@ -28,6 +28,7 @@ rest, the same way for every task (Model Garden's task/trainer split, kept small
 * SIGTERM/SIGINT while training: the step in flight ends the loop (on every worker), its
   checkpoint is saved and the process exits with 75 (bert_tf.training.preemption).
 """
+import collections
 import logging
 import os
 import posixpath
@@ -61,6 +62,8 @@ class Trainer:
         strategy: a tf.distribute.Strategy; default: from options (strategy, use_tpu, ...).
 
     Attributes:
+        step_shapes: collections.Counter of training steps per batch length (axis 1 of the
+            first model input): the shapes a run compiled its step for.
         checkpoints: the `checkpointing.Checkpoints` of output_dir (its `manager()` too);
             `restore()` and `save()` delegate to it.
     """
@@ -93,6 +96,8 @@ class Trainer:
         self.checkpoints = checkpointing.Checkpoints(options, task.checkpoint_name, self.strategy,
                                                      self.model, self.global_step, self.data_seed)
         self._train_loop_fn = self._eval_step_fn = None
+        # Steps per batch length = the shapes XLA/TPUs compile the step for.
+        self.step_shapes = collections.Counter()
         self._stop = preemption.StopFlag()
         self._grad_fn = self._forward_backward
         self._step_fn = self._replica_step
@@ -190,7 +195,8 @@ class Trainer:
             grads, stats = self._grad_fn(batch, norms)
             missing = {i for i, g in enumerate(grads) if g is None}
         else:
-            micro = {name: tf.reshape(t, [k, t.shape[0] // k] + t.shape[1:])
+            # A cut batch's length is dynamic: the micro-batch shape keeps it as a tensor.
+            micro = {name: tf.reshape(t, tf.concat([[k, t.shape[0] // k], tf.shape(t)[1:]], 0))
                      for name, t in batch.items()}
             missing = set()
 
@@ -227,27 +233,35 @@ class Trainer:
         # -> (totals, stopped): stopped = a preemption signal ended the loop (on every worker).
         if self._train_loop_fn is None:
             strategy, keys, stop = self.strategy, self.task.stat_keys, self._stop
+            first_input = self.task.model_inputs[0]
 
             @tf.function(autograph=False)  # explicit while_loops; converting Keras code is slow
             def loop(iterator, steps):
-                def body(i, totals, _):
-                    stats = strategy.run(self.replica_step, args=(next(iterator),))
+                def body(i, totals, _, lengths):
+                    batch = next(iterator)
+                    local = strategy.experimental_local_results(batch)[0][first_input]
+                    lengths = lengths.write(i, tf.shape(local)[1])
+                    stats = strategy.run(self.replica_step, args=(batch,))
                     with tf.control_dependencies([self.global_step.assign_add(1)]):
                         stopped = stop.requested(strategy)  # polled after each step
                     return i + 1, {key: totals[key] + strategy.reduce(
-                        tf.distribute.ReduceOp.SUM, stats[key], axis=None) for key in keys}, stopped
+                        tf.distribute.ReduceOp.SUM, stats[key], axis=None) for key in keys}, \
+                        stopped, lengths
 
                 totals = {key: tf.zeros((), tf.float32) for key in keys}
+                lengths = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[])
                 # Steps are sequential anyway (each reads the last one's weights); letting the
                 # executor start later iterations early only contends for the cores.
-                _, totals, stopped = tf.while_loop(
-                    lambda i, _, stopped: tf.logical_and(i < steps, tf.logical_not(stopped)),
-                    body, (tf.constant(0), totals, stop.requested(strategy)),
+                _, totals, stopped, lengths = tf.while_loop(
+                    lambda i, _, stopped, __: tf.logical_and(i < steps, tf.logical_not(stopped)),
+                    body, (tf.constant(0), totals, stop.requested(strategy), lengths),
                     parallel_iterations=1)
-                return totals, stopped
+                return totals, stopped, lengths.stack()
 
             self._train_loop_fn = loop
-        return self._train_loop_fn(iterator, tf.convert_to_tensor(steps, tf.int32))
+        totals, stopped, lengths = self._train_loop_fn(iterator, tf.constant(steps, tf.int32))
+        self.step_shapes.update(int(x) for x in lengths.numpy())
+        return totals, stopped
 
     def _run_loop(self, iterator, steps):
         try:

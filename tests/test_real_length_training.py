@@ -1,0 +1,224 @@
+"""Fine-tuning, evaluation and prediction compute only the real tokens (issue 38): each batch
+is cut to its longest real length rounded up to a bucket; with dropout off every loss, weight,
+eval result and prediction equals the padded run's; a run compiles a bounded set of shapes,
+one with --pad_to_max_seq_length."""
+import json
+import os
+import random
+
+import keras
+import numpy as np
+import pytest
+
+from bert_tf.modeling import real_length
+from bert_tf.modeling.models import BertClassifier, BertSpanLabeler, BertTokenClassifier
+from bert_tf.tasks import classifier, finetune
+from conftest import tiny_bert_config
+
+S = 32  # buckets 8, 16, 24, 32
+
+
+class _Task(finetune.FinetuneTask):
+    def __init__(self, cfg, loss):
+        super().__init__(cfg, loss)
+
+    def build_model(self):
+        bert = tiny_bert_config(num_hidden_layers=1)
+        # Dropout off: cut and padded runs draw different masks ([B, L, H] vs [B, S, H]).
+        model = {"classification": lambda: BertClassifier.from_bert_config(bert, 3, 0.0),
+                 "tagging": lambda: BertTokenClassifier.from_bert_config(bert, 3, 0.0),
+                 "span": lambda: BertSpanLabeler.from_bert_config(bert)}[self.loss_name]()
+        return finetune.built(model, self.cfg)
+
+
+def _trainer(tmp_path, name, loss, **overrides):
+    kw = dict(output_dir=str(tmp_path / name), max_seq_length=S, train_batch_size=4,
+              eval_batch_size=4, learning_rate=1e-2, seed=1, progress=False,
+              strategy="one_device", iterations_per_loop=1)
+    kw.update(overrides)
+    cfg = finetune.RunConfig(**kw)
+    return finetune.make_trainer(_Task(cfg, loss), cfg)
+
+
+def _arrays(n=16, seed=0):
+    """Mostly short rows (3..12 real tokens), one full-length row in four."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, 13, n)
+    lengths[::4] = S
+    ids = rng.integers(5, 64, (n, S)).astype(np.int32)
+    mask = (np.arange(S)[None, :] < lengths[:, None]).astype(np.int32)
+    ids *= mask
+    weights = ((rng.random((n, S)) < 0.5) * mask).astype(np.float32)
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": np.zeros_like(ids),
+            "label_ids": rng.integers(0, 3, (n, S)).astype(np.int32), "label_weights": weights,
+            "start_positions": (lengths - 1).astype(np.int32),
+            "end_positions": (lengths - 1).astype(np.int32)}
+
+
+def _features(loss, arrays):
+    keep = {"classification": ("label_ids",), "tagging": ("label_ids", "label_weights"),
+            "span": ("start_positions", "end_positions")}[loss]
+    out = {k: arrays[k] for k in finetune.INPUT_NAMES + keep}
+    if loss == "classification":
+        out["label_ids"] = arrays["label_ids"][:, 0]
+    return out
+
+
+def _run(tmp_path, name, loss, steps=5, **overrides):
+    trainer = _trainer(tmp_path, name, loss, **overrides)
+    trainer.build_optimizer(steps, 1)
+    trainer.restore()
+    feats = _features(loss, _arrays())
+    history = trainer.train(finetune.arrays_dataset_fn(
+        feats, cut=finetune.cuts_batches(trainer.options, trainer.task)))
+    keys = {"classification": ["logits"], "tagging": ["logits"],
+            "span": ["start_logits", "end_logits"]}[loss]
+    preds = finetune.predict(trainer, _features(loss, _arrays(10, seed=1)), 4, keys)
+    return trainer, [m["loss"] for m in history], preds
+
+
+def test_tagging_training_equals_padded_and_compiles_bounded_shapes(tmp_path):
+    loss = "tagging"
+    cut, cut_losses, cut_preds = _run(tmp_path, "cut", loss)
+    pad, pad_losses, pad_preds = _run(tmp_path, "pad", loss, pad_to_max_seq_length=True)
+    np.testing.assert_allclose(cut_losses, pad_losses, rtol=0, atol=1e-5)
+    for a, b in zip(cut.model.trainable_variables, pad.model.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-5, err_msg=a.path)
+    # Shapes the compiled step ran on: buckets only (<= 8), one with the flag.
+    assert set(cut.step_shapes) <= set(real_length.length_buckets(S))
+    assert 1 < len(cut.step_shapes) <= 8 and sum(cut.step_shapes.values()) == 5
+    assert dict(pad.step_shapes) == {S: 5}
+    mask = _arrays(10, seed=1)["input_mask"] > 0
+    for k, v in cut_preds.items():
+        assert v.shape == pad_preds[k].shape
+        real = v if v.ndim == 2 else v[mask]  # per-token outputs: the real positions
+        np.testing.assert_allclose(real, pad_preds[k] if v.ndim == 2 else pad_preds[k][mask],
+                                   rtol=0, atol=1e-5)
+        if v.ndim == 3:
+            assert not v[~mask].any()  # padding holds 0
+
+
+def test_span_predictions_equal_at_real_positions(tmp_path):
+    # The span loss's softmax covers padding positions (as the original's), so span training
+    # keeps the full length; predictions are cut (decoding reads real positions only).
+    trainer = _trainer(tmp_path, "span", "span")
+    assert trainer.task.cut_training is False
+    trainer.restore()
+    feats = _features("span", _arrays(10, seed=1))
+    keys = ["start_logits", "end_logits"]
+    cut = finetune.predict(trainer, feats, 4, keys)
+    trainer.options.pad_to_max_seq_length = True
+    pad = finetune.predict(trainer, feats, 4, keys)
+    mask = feats["input_mask"] > 0
+    for k in keys:
+        assert cut[k].shape == pad[k].shape == (10, S)
+        np.testing.assert_allclose(cut[k][mask], pad[k][mask], rtol=0, atol=1e-5)
+        assert (cut[k][~mask] == finetune.SPAN_PAD_LOGIT).all()
+    # One trace of the prediction step per mode (cut batches come with a None length).
+    steps = trainer._finetune_predict_steps.values()
+    assert [s.experimental_get_tracing_count() for s in steps] == [1, 1]
+
+
+def _cola(tmp_path):
+    """CoLA-layout TSVs of 1..12 words (the vocabulary is the words: one piece each), so the
+    cut batches take lengths 8, 16 and 24 of 32; vocab and a dropout-free config."""
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(20)]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    cfg = tiny_bert_config(vocab_size=len(vocab), num_hidden_layers=1).to_dict()
+    (tmp_path / "bert_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    data = tmp_path / "cola"
+    data.mkdir()
+    sents = [" ".join(rng.choices(words, k=rng.choice([1, 2, 3, 4, 12]))) for _ in range(24)]
+    lines = [f"src\t{rng.randint(0, 1)}\t\t{t}" for t in sents]
+    (data / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (data / "dev.tsv").write_text("\n".join(lines[:12]) + "\n", encoding="utf-8")
+    test = ["index\tsentence"] + [f"{i}\t{t}" for i, t in enumerate(sents[12:])]
+    (data / "test.tsv").write_text("\n".join(test) + "\n", encoding="utf-8")
+    return dict(task_name="cola", data_dir=str(data), vocab_file=str(tmp_path / "vocab.txt"),
+                bert_config_file=str(tmp_path / "bert_config.json"), do_train=True,
+                do_eval=True, do_predict=True, max_seq_length=S, train_batch_size=4,
+                eval_batch_size=4, predict_batch_size=4, num_train_steps=4,
+                learning_rate=1e-3, seed=1, progress=False, do_export=False)
+
+
+def _results(out):
+    res = dict(line.strip().split(" = ") for line in open(os.path.join(out,
+                                                                         "eval_results.txt")))
+    return {k: float(v) for k, v in res.items()}, np.loadtxt(
+        os.path.join(out, "test_results.tsv"), delimiter="\t")
+
+
+def test_run_classifier_eval_and_test_results_equal_padded(tmp_path):
+    flags = _cola(tmp_path)
+    classifier.run(classifier.ClassifierConfig(output_dir=str(tmp_path / "cut"), **flags))
+    classifier.run(classifier.ClassifierConfig(output_dir=str(tmp_path / "pad"),
+                                               pad_to_max_seq_length=True, **flags))
+    (cut, cut_probs), (pad, pad_probs) = _results(tmp_path / "cut"), _results(tmp_path / "pad")
+    assert set(cut) == set(pad) and cut["global_step"] == 4
+    for k in cut:
+        assert cut[k] == pytest.approx(pad[k], abs=1e-5), k
+    assert cut_probs.shape == pad_probs.shape == (12, 2)
+    np.testing.assert_allclose(cut_probs, pad_probs, rtol=0, atol=1e-5)
+
+
+def _twins(make):
+    """Two models with the same weights (one cuts, one padded)."""
+    a, b = make(), make()
+    for m in (a, b):
+        m.build()
+    b.set_weights(a.get_weights())
+    for m in (a, b):
+        m.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return a, b
+
+
+def test_keras_fit_evaluate_predict_on_ids_cut_per_batch(tmp_path):
+    arrays = _arrays(12)
+    x = {k: arrays[k] for k in finetune.INPUT_NAMES}
+    y, w = arrays["label_ids"], arrays["label_weights"]
+    cut, pad = _twins(lambda: BertTokenClassifier.from_bert_config(
+        tiny_bert_config(num_hidden_layers=1), 3, dropout_rate=0.0))
+    p_cut, p_pad = cut.predict(x, batch_size=4, verbose=0), \
+        pad.predict(x, batch_size=4, verbose=0, pad_to_max_seq_length=True)
+    mask = arrays["input_mask"] > 0
+    assert p_cut["logits"].shape == p_pad["logits"].shape == (12, S, 3)
+    np.testing.assert_allclose(p_cut["logits"][mask], p_pad["logits"][mask], rtol=0, atol=1e-5)
+    assert not p_cut["logits"][~mask].any()
+    h_cut = cut.fit(x, y, sample_weight=w, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    pad.pad_to_max_seq_length = True  # the attribute, as the keyword
+    h_pad = pad.fit(x, y, sample_weight=w, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    np.testing.assert_allclose(h_cut.history["loss"], h_pad.history["loss"], rtol=0, atol=1e-5)
+    assert cut.evaluate(x, y, sample_weight=w, batch_size=4, verbose=0) == pytest.approx(
+        pad.evaluate(x, y, sample_weight=w, batch_size=4, verbose=0), abs=1e-5)
+    for a, b in zip(cut.weights, pad.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-5, err_msg=a.path)
+
+
+def test_keras_fit_predict_on_texts_cut_per_batch(tmp_path):
+    from bert_tf.pretrained import BertTextModel
+    from bert_tf.tokenization.text_graph import BertPreprocessingLayer
+    flags = _cola(tmp_path)
+    texts = ["w1", "w2 w3 w4", " ".join(["w5"] * 30), "w6 w7"] * 2
+    labels = [0, 1, 1, 0] * 2
+
+    pre = BertPreprocessingLayer(flags["vocab_file"], True, S)  # shared: built once
+
+    def make():
+        return BertTextModel(pre, BertClassifier.from_bert_config(
+            tiny_bert_config(vocab_size=25, num_hidden_layers=1), 2, dropout_rate=0.0))
+
+    cut, pad = _twins(make)
+    pad.pad_to_max_seq_length = True
+    seen = {}  # the length the inner model is traced with in predict: cut (None) or S
+    for name, m in (("cut", cut), ("pad", pad)):
+        m.model.call = (lambda call, name: lambda x, **kw: (seen.setdefault(
+            name, x["input_mask"].shape[1]), call(x, **kw))[1])(m.model.call, name)
+    np.testing.assert_allclose(cut.predict(texts, batch_size=4, verbose=0),
+                               pad.predict(texts, batch_size=4, verbose=0), rtol=0, atol=1e-5)
+    assert seen == {"cut": None, "pad": S}
+    h_cut = cut.fit(texts, labels, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    h_pad = pad.fit(texts, labels, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    np.testing.assert_allclose(h_cut.history["loss"], h_pad.history["loss"], rtol=0, atol=1e-5)
