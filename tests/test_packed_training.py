@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.modeling.models import BertPretrainer, build_model
-from bert_tf.pretraining_data import packing
+from bert_tf.pretraining_data import sequence_packing as packing
 from bert_tf.training import pretraining
 from bert_tf.training.distribute import get_strategy
 from bert_tf.training.preflight import check_pretraining_files

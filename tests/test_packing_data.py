@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from bert_tf import BertError
-from bert_tf.pretraining_data import packing, schema, writer
-from bert_tf.pretraining_data.packing_run import PackOptions, run as pack
+from bert_tf.pretraining_data import schema, writer
+from bert_tf.pretraining_data import sequence_packing as packing
+from bert_tf.pretraining_data.sequence_packing_run import PackOptions, run as pack
 from bert_tf.pretraining_data.runner import Options, run as create
 from bert_tf.resources import sample_corpus
 
@@ -259,7 +260,7 @@ def _encode(example):
 
 
 def test_an_input_that_shrinks_between_the_passes_is_a_one_line_error(data, tmp_path):
-    from bert_tf.pretraining_data import packing_io
+    from bert_tf.pretraining_data import sequence_packing_io as packing_io
     path = data["inputs"][0]
     records = sum(1 for _ in packing_io.iter_records(path))
     task = packing_io.PackTask(0, [(path, 0, records + 5)], [records + 5], 0,
@@ -276,7 +277,7 @@ def test_an_input_that_shrinks_between_the_passes_is_a_one_line_error(data, tmp_
 
 
 def test_resume_refuses_inputs_rewritten_to_the_same_size(data, tmp_path):
-    from bert_tf.pretraining_data import packing_io
+    from bert_tf.pretraining_data import sequence_packing_io as packing_io
     src = tmp_path / "in"
     src.mkdir()
     for path in data["inputs"]:

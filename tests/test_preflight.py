@@ -380,7 +380,7 @@ def test_run_pretraining_in_graph_checks_and_skip_corrupt_records(tmp_path):
 def _packed_shards(tmp_path):
     """400 sequences (seq 64, 7..64 tokens) packed into 2 shards by bert-pack-pretraining-data
     (its journal in packed/.bert_tf/); returns (shard paths, journal dict)."""
-    from bert_tf.pretraining_data.packing_run import PackOptions, run
+    from bert_tf.pretraining_data.sequence_packing_run import PackOptions, run
     (tmp_path / "data").mkdir()
     for i in range(2):
         write_pretraining_records(tmp_path / "data" / f"u{i}.tfrecord", 200, seq_len=64,

@@ -8,7 +8,8 @@ writes packed rows in the packed-BERT layout (Habana's and Graphcore's packers; 
 which sequence, positions restart per sequence, NSP at each sequence's [CLS]), planned by SPFHP
 on the length histogram. The journal
 (<dir>/.bert_tf/<name>.stats.json) states the padding share before and after and the expected
-speed-up. Schema: `python -m bert_tf.resources tfrecords`. Logic: bert_tf/pretraining_data/packing*.py.
+speed-up. Schema: `python -m bert_tf.resources tfrecords`. Logic:
+bert_tf/pretraining_data/sequence_packing*.py.
 """
 import os
 import sys
@@ -20,7 +21,7 @@ from absl import flags  # noqa: E402
 import bert_tf  # noqa: E402,F401  (sets the Keras/TF environment first)
 from bert_tf import script_flags  # noqa: E402
 from bert_tf.commands import exit_zero_on_help, show_in_help  # noqa: E402
-from bert_tf.pretraining_data.packing_run import PackOptions  # noqa: E402
+from bert_tf.pretraining_data.sequence_packing_run import PackOptions  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -36,8 +37,8 @@ def app_main(argv):
     """Runs with the parsed flags."""
     if len(argv) > 1:
         sys.exit(f"error: unknown argument(s): {' '.join(argv[1:])}")
-    from bert_tf.pretraining_data import packing_run
-    packing_run.main(script_flags.options_from_flags(PackOptions, FLAGS))
+    from bert_tf.pretraining_data import sequence_packing_run
+    sequence_packing_run.main(script_flags.options_from_flags(PackOptions, FLAGS))
 
 
 def main():

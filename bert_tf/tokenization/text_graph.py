@@ -45,7 +45,7 @@ import tensorflow_text as tf_text
 
 from bert_tf import BertError
 from bert_tf.tokenization import fast_path
-from bert_tf.tokenization.packing import pack_inputs  # noqa: F401  (re-exported)
+from bert_tf.tokenization.input_packing import pack_inputs  # noqa: F401  (re-exported)
 from bert_tf.tokenization.char_tables import (  # noqa: F401  (re-exported)
     _mask_ranges, _re2_class, _resolve_capital_sigma, case_fixups, char_classes,
     sigma_risky_class)

@@ -10,10 +10,10 @@ same. Whether records are packed is decided from their features (`is_packed`), o
 """
 import math
 
-from bert_tf.pretraining_data.packing import PACKED_FEATURE_NAMES as FEATURES
-from bert_tf.pretraining_data.packing import PACKED_FLOAT_FEATURES as FLOAT_FEATURES
-from bert_tf.pretraining_data.packing import is_packed  # noqa: F401  (API)
-from bert_tf.pretraining_data.packing import packed_feature_spec as feature_spec  # noqa: F401
+from bert_tf.pretraining_data.sequence_packing import PACKED_FEATURE_NAMES as FEATURES
+from bert_tf.pretraining_data.sequence_packing import PACKED_FLOAT_FEATURES as FLOAT_FEATURES
+from bert_tf.pretraining_data.sequence_packing import is_packed  # noqa: F401  (API)
+from bert_tf.pretraining_data.sequence_packing import packed_feature_spec as feature_spec  # noqa: F401
 
 SEQ_FEATURES = ("input_ids", "input_mask", "segment_ids", "positions")
 PRED_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")

@@ -90,7 +90,7 @@ def _remote_records(path):
 
 def _parse_example(raw):
     # tf.train.Example's wire format, parsed without importing TensorFlow
-    from bert_tf.pretraining_data.packing_io import _example_class
+    from bert_tf.pretraining_data.sequence_packing_io import _example_class
     return _example_class().FromString(raw)
 
 

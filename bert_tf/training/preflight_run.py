@@ -4,7 +4,7 @@
 which reads local files without TensorFlow), so a wrong --max_seq_length or --dynamic_masking on
 packed records fails in about a second, before a strategy or a model is built. The pre-flight
 line's figures say what they cover: the whole data, from the packer's journal
-(`<dir>/.bert_tf/<name>.stats.json`, bert_tf.pretraining_data.packing_run) when every file is a
+(`<dir>/.bert_tf/<name>.stats.json`, bert_tf.pretraining_data.sequence_packing_run) when every file is a
 shard of one, else the records sampled.
 """
 import json

@@ -15,8 +15,8 @@ import types
 import numpy as np
 
 from bert_tf import BertError
-from bert_tf.pretraining_data import guard, packing
-from bert_tf.pretraining_data import packing_io as io_lib
+from bert_tf.pretraining_data import guard, sequence_packing as packing
+from bert_tf.pretraining_data import sequence_packing_io as io_lib
 from bert_tf.pretraining_data import workers as workers_lib
 from bert_tf.pretraining_data import writer as writer_lib
 from bert_tf.pretraining_data.documents import expand_input_patterns, file_size

@@ -14,7 +14,7 @@ import struct
 import numpy as np
 
 from bert_tf import BertError
-from bert_tf.pretraining_data import packing
+from bert_tf.pretraining_data import sequence_packing as packing
 from bert_tf.pretraining_data.documents import file_size, open_binary
 from bert_tf.pretraining_data.guard import signals_held
 from bert_tf.pretraining_data.writer import RecordFile, frame, masked_crc

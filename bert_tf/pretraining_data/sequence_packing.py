@@ -6,8 +6,9 @@ only (longest first, each length into the pack with the most room left that fits
 sequences are assigned to the planned packs in input order. Rows are written in the packed-BERT
 layout (Habana's and Graphcore's TF packers): its one table, with S, P and N, is in the
 tfrecords guide (`python -m bert_tf.resources tfrecords`, "Packed records").
-The file command (TFRecords in, TFRecords out) is `packing_run`; records are read in
-`packing_io`. No TensorFlow import here except in `packed_feature_spec`/`parse_packed_records`.
+The file command (TFRecords in, TFRecords out) is `sequence_packing_run`; records are read in
+`sequence_packing_io`. No TensorFlow import here except in `packed_feature_spec`/
+`parse_packed_records`.
 """
 from collections import defaultdict
 
