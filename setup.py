@@ -40,7 +40,7 @@ EXTRAS = {
     # `make docs`: the documentation site (guides + API reference from the docstrings; code
     # highlighted by Pygments through pymdown-extensions at build time).
     "docs": ["mkdocs>=1.6,<2", "mkdocstrings>=1.0", "mkdocstrings-python>=2.0",
-             "pymdown-extensions>=13.1", "pygments>=2.21"],
+             "griffelib>=2.4", "pymdown-extensions>=13.1", "pygments>=2.21"],
 }
 
 # The commands a pip install puts on PATH; bert_tf.commands.COMMANDS lists the same ones.

@@ -96,14 +96,18 @@ def test_a_fingerprint_that_fails_means_probe_again(tmp_path, monkeypatch):
 
 def test_orphaned_temp_files_are_removed_once_stale(tmp_path, monkeypatch):
     monkeypatch.setenv("BERT_TF_CACHE", str(tmp_path))
-    old, fresh = tmp_path / "tmpkilled.tmp", tmp_path / "tmpwriting.tmp"
-    old.write_bytes(b"half")
-    fresh.write_bytes(b"half")
+    old, fresh = tmp_path / "probe-killed.tmp", tmp_path / "probe-writing.tmp"
+    # BERT_TF_CACHE may be a shared folder: another program's old temp file stays
+    foreign = tmp_path / "someone-elses-download.tmp"
     stale = probe_cache.STALE_TMP_SECONDS + 60
-    os.utime(old, (os.path.getatime(old) - stale, os.path.getmtime(old) - stale))
+    for f in (old, fresh, foreign):
+        f.write_bytes(b"half")
+    for f in (old, foreign):
+        os.utime(f, (os.path.getatime(f) - stale, os.path.getmtime(f) - stale))
     char_tables.case_fixups.__wrapped__()  # empty cache: probes and writes
     names = sorted(os.listdir(tmp_path))
-    assert names == sorted([fresh.name, os.path.basename(probe_cache._path("case_fixups", ()))])
+    assert names == sorted([fresh.name, foreign.name,
+                            os.path.basename(probe_cache._path("case_fixups", ()))])
 
 
 def test_the_suite_never_writes_the_users_cache():

@@ -72,11 +72,14 @@ def src(tmp_path_factory):
     base = tmp_path_factory.mktemp("readers")
     hf_dir = write_bert_model_dir(base)
     encoder = bert_tf.from_pretrained(hf_dir)
-    served = base / "served"  # TF Serving layout: the newest version is read
-    write_hub_encoder(served / "7", encoder, os.path.join(hf_dir, "vocab.txt"))
+    served = base / "served"  # TF Serving layout: the newest version (numerically) is read
+    write_hub_encoder(served / "10", encoder, os.path.join(hf_dir, "vocab.txt"))
+    older = bert_tf.modeling.encoder.BertEncoder.from_bert_config(encoder.bert_config)
+    bert_tf.modeling.models.build_model(older)  # other weights: "9" sorts after "10" as text
+    write_hub_encoder(served / "9", older, os.path.join(hf_dir, "vocab.txt"))
     (served / "3").mkdir()  # an older version, not a SavedModel: never looked at
     pair = base / "pair"
-    shutil.copytree(served / "7", pair / "encoder")
+    shutil.copytree(served / "10", pair / "encoder")
     return dict(hf=hf_dir, encoder=encoder, served=str(served), pair=str(pair), base=base,
                 config=str(base / "bert_config.json"))
 
@@ -85,7 +88,7 @@ def src(tmp_path_factory):
 def test_tf_hub_encoder_in_serving_layout_or_under_encoder_is_read(src, where, tmp_path):
     want = weights_of(src["encoder"])
     fmt, found = formats.detect(src[where])
-    assert (fmt.name, found) == ("tfhub", os.path.join(src[where], "7" if where == "served"
+    assert (fmt.name, found) == ("tfhub", os.path.join(src[where], "10" if where == "served"
                                                        else "encoder"))
     assert bert_tf_export.FORMAT.detect(src[where]) is None  # no metadata: not ours
     assert_same(weights_of(bert_tf.from_pretrained(src[where])), want)

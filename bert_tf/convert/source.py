@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import os
 import posixpath
+import re
 
 import tensorflow as tf
 
@@ -183,7 +184,7 @@ def saved_model_inside(path):
     if file_in(path, join("encoder", "saved_model.pb")):
         return join(path, "encoder")
     versions = [v.rstrip("/") for v in tf.io.gfile.listdir(path)]
-    for v in sorted((v for v in versions if v.isdigit()), key=int, reverse=True):
+    for v in sorted((v for v in versions if re.fullmatch("[0-9]+", v)), key=int, reverse=True):
         if file_in(path, join(v, "saved_model.pb")):
             return join(path, v)
     return None

@@ -63,13 +63,19 @@ def _path(name, args):
         return None
 
 
+TMP_PREFIX = "probe-"  # the only temp files this cache writes, and so the only ones it removes
+
+
 def _remove_stale_tmp(folder, now=None):
-    """Deletes `.tmp` files older than STALE_TMP_SECONDS in `folder` (errors ignored)."""
+    """Deletes this cache's own temp files (`probe-*.tmp`, left by a killed writer) older than
+    STALE_TMP_SECONDS in `folder`; other files are never touched, since BERT_TF_CACHE may be a
+    shared folder (errors ignored)."""
     now = time.time() if now is None else now
     try:
         for name in os.listdir(folder):
             path = os.path.join(folder, name)
-            if name.endswith(".tmp") and now - os.path.getmtime(path) > STALE_TMP_SECONDS:
+            if name.startswith(TMP_PREFIX) and name.endswith(".tmp") \
+                    and now - os.path.getmtime(path) > STALE_TMP_SECONDS:
                 os.unlink(path)
     except OSError:  # another process removed it first, or the folder is not ours to clean
         pass
@@ -90,7 +96,7 @@ def _save(path, value):
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         _remove_stale_tmp(os.path.dirname(path))
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=TMP_PREFIX, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             if isinstance(value, np.ndarray):
                 np.savez(f, bits=np.packbits(value), size=np.int64(value.size))
