@@ -20,15 +20,13 @@ it can be copied:
      then a summary (loss and masked-LM accuracy at the start and the end, the exports' sizes)
      and the commands that fine-tune, export and serve your own model.
 The steps run as `python -m bert_tf.commands.<name>` with this interpreter (what the printed
-`bert-<name>` commands run), so the demo works from a checkout and from an installed wheel.
+`bert-<name>` commands run), so the demo works from a checkout and from an installed wheel;
+how a step runs and is timed: bert_tf.demo_steps.
 """
 import json
 import os
 import posixpath
 import re
-import shlex
-import signal
-import subprocess
 import sys
 import time
 
@@ -36,6 +34,8 @@ from absl import app, flags
 
 import bert_tf  # noqa: F401
 from bert_tf import BertError, commands, fileio, resources
+from bert_tf.demo_steps import StepClock, command, run, shown
+from bert_tf.demo_steps import shown_argv, step_dies_with_demo  # noqa: F401 (API)
 
 SAMPLE_CORPUS = resources.sample_corpus()
 TINY_CONFIG = resources.config_file("bert_tiny")
@@ -103,98 +103,6 @@ def _define_flags():
     flags.DEFINE_integer("iterations_per_loop", 250, "Steps per loop, one console line each "
                          "(at most a tenth of --train_steps off TPU).")
     flags.DEFINE_integer("seed", 12345, "Seed of data generation and training.")
-
-
-def _say(text):
-    print(f"\n==> {text}", flush=True)
-
-
-def cpu_seconds():
-    """CPU seconds of this process and its finished steps (user + system): on a shared machine
-    wall time grows with the others' load, this far less."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
-class StepClock:
-    """Each step's wall and CPU seconds, printed as it ends and listed in the summary."""
-
-    def __init__(self):
-        self.rows, self._current = [], None
-
-    def start(self, text):
-        """Ends the running step and starts the one `text` announces (`_say`s it)."""
-        self.stop()
-        _say(text)
-        self._current = (text.split(" ", 1)[0], time.time(), cpu_seconds())
-
-    def stop(self):
-        """Ends the running step, printing `(step N/6: W s, CPU C s)`."""
-        if self._current:
-            step, wall, cpu = self._current
-            self.rows.append((step, time.time() - wall, cpu_seconds() - cpu))
-            print(f"(step {step}: {self.rows[-1][1]:.1f} s, CPU {self.rows[-1][2]:.1f} s)",
-                  flush=True)
-            self._current = None
-
-
-def _noise():
-    """TF start-up lines a user cannot act on (the commands drop them themselves; the
-    vocab builder and demo_predict.py do not): kept in the step's log, not echoed."""
-    from bert_tf.commands import quiet
-    pattern = quiet.noise_pattern()
-    return lambda line: pattern.search(line.rstrip("\n").encode()) is not None
-
-
-def _shown(arg):
-    """One argument as printed: paths under the current directory relative to it."""
-    if arg == sys.executable:
-        return "python"
-    cwd = os.getcwd()
-    flag, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
-    if os.path.isabs(value) and value.startswith(cwd + os.sep):
-        value = os.path.relpath(value, cwd)
-    return shlex.quote(flag + eq + value)
-
-
-def _shown_argv(argv):
-    """The command as a user types it: `bert-<name> ...` for our commands."""
-    if argv[:2] == [sys.executable, "-m"] and commands.command_name(argv[2]):
-        argv = [commands.command_name(argv[2])] + argv[3:]
-    return [_shown(a) for a in argv]
-
-
-def step_dies_with_demo():
-    """preexec_fn of each step: SIGTERM when the demo dies, SIGKILL included (a killed demo
-    leaves no step running; run_pretraining takes SIGTERM as a clean stop)."""
-    from bert_tf.pretraining_data import guard
-    guard.set_parent_death_signal(signal.SIGTERM)
-
-
-def _run(argv, log_path=None):
-    """Runs one step's command, echoing it; its output streams to the console (and a log)."""
-    shown = _shown_argv(argv)
-    print("$ " + " ".join(shown), flush=True)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1, preexec_fn=step_dies_with_demo)
-    lines, noise = [], _noise()
-    for line in proc.stdout:
-        if not noise(line):
-            sys.stdout.write(line)
-        lines.append(line)
-    output = "".join(lines)
-    if log_path:
-        fileio.write_text_atomic(log_path, output)
-    if proc.wait() != 0:
-        step = shown[0] if shown[0] != "python" else next(
-            (a for a in shown[1:] if not a.startswith("-")), shown[-1])
-        raise BertError(f"{step}: step failed (exit {proc.returncode}); its output is above")
-    return output
-
-
-def _command(module):
-    """argv of command `bert_tf.commands.<module>` run by this interpreter."""
-    return [sys.executable, "-m", f"bert_tf.commands.{module}"]
 
 
 def _next_version(export_base, names):
@@ -288,7 +196,7 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
     if not vocab_file:
         clock.start("1/6 learn a WordPiece vocab from the corpus")
         vocab_file = os.path.join(output_dir, "vocab.txt")
-        _run([sys.executable, "-m", "bert_tf.tokenization.vocab_builder",
+        run([sys.executable, "-m", "bert_tf.tokenization.vocab_builder",
               f"--input_file={input_file}", f"--output_file={vocab_file}",
               f"--vocab_size={vocab_size}", lower])
     else:
@@ -302,7 +210,7 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
     data_dir = os.path.join(output_dir, "tfrecords")
     os.makedirs(data_dir, exist_ok=True)
     shards = ",".join(os.path.join(data_dir, f"train-{i}-of-2.tfrecord") for i in range(2))
-    _run(_command("create_pretraining_data") + [
+    run(command("create_pretraining_data") + [
         f"--input_file={input_file}", f"--output_file={shards}", f"--vocab_file={vocab_file}",
         lower, f"--max_seq_length={max_seq_length}",
         f"--max_predictions_per_seq={max_predictions_per_seq}",
@@ -323,7 +231,7 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
     if os.path.isdir(train_dir):  # a fresh run each time, not a resume of the last demo
         import shutil
         shutil.rmtree(train_dir)
-    train_log = _run(_command("run_pretraining") + [
+    train_log = run(command("run_pretraining") + [
         f"--bert_config_file={config_file}", f"--input_file={data_dir}/train-*.tfrecord",
         f"--output_dir={train_dir}", "--do_train", "--do_eval",
         f"--max_seq_length={max_seq_length}",
@@ -350,7 +258,7 @@ def run_demo(output_dir, export_base, input_file=SAMPLE_CORPUS, vocab_file=None,
           "right words show\nthat the pipeline learns, not that the model generalises (that "
           "takes a real corpus).")
     results_file = os.path.join(output_dir, "predictions.json")
-    _run([sys.executable, PREDICT_SCRIPT,
+    run([sys.executable, PREDICT_SCRIPT,
           f"--fill_mask_dir={fill_mask_dir}", f"--preprocessor_dir={pre_dir}",
           f"--encoder_dir={enc_dir}", "--fill_mask_text=" + "|".join(DEMO_SENTENCES),
           "--embed_text=" + "|".join(EMBED_SENTENCES), f"--json_file={results_file}"])
@@ -394,7 +302,7 @@ def summary(progress, train_log, export_dirs, seconds, steps=()):
     if m:
         rows.append(f"{'eval':12}{m[1]:>6}{float(m[2]):>9.3f}{float(m[3]):>14.3f}")
     rows.append("")
-    rows += [f"{_shown(d):58} {_size(d):>8}" for d in export_dirs]
+    rows += [f"{shown(d):58} {_size(d):>8}" for d in export_dirs]
     if steps:
         rows += ["", "step  seconds  CPU seconds"]
         rows += [f"{step:4} {wall:8.1f} {cpu:12.1f}" for step, wall, cpu in steps]
@@ -408,7 +316,7 @@ def next_commands(vocab_file, config_file, train_dir, export_base, do_lower_case
         vocab_file, config_file, train_dir, export_base: this run's paths.
         do_lower_case: the vocab's casing.
     """
-    v, c, t, e = (_shown(p) for p in (vocab_file, config_file, train_dir, export_base))
+    v, c, t, e = (shown(p) for p in (vocab_file, config_file, train_dir, export_base))
     lower = "" if do_lower_case else " --nodo_lower_case"
     return f"""
 ==> next

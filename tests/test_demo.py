@@ -36,10 +36,10 @@ def test_steps_are_printed_as_console_commands_relative_to_the_cwd(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     argv = [sys.executable, "-m", "bert_tf.commands.run_pretraining", f"--output_dir={tmp_path}/o",
             f"--input_file={tmp_path}/d/train-*.tfrecord", "--do_train", "/elsewhere/x"]
-    assert demo._shown_argv(argv) == ["bert-run-pretraining", "--output_dir=o",
+    assert demo.shown_argv(argv) == ["bert-run-pretraining", "--output_dir=o",
                                       "'--input_file=d/train-*.tfrecord'", "--do_train",
                                       "/elsewhere/x"]
-    assert demo._shown_argv([sys.executable, "-m", "bert_tf.tokenization.vocab_builder"]) == [
+    assert demo.shown_argv([sys.executable, "-m", "bert_tf.tokenization.vocab_builder"]) == [
         "python", "-m", "bert_tf.tokenization.vocab_builder"]
 
 
@@ -76,8 +76,9 @@ def test_each_step_prints_its_wall_and_cpu_seconds(capsys, monkeypatch):
     """Issue 40: the demo says where its time goes (the summary lists every step)."""
     now = iter([100.0, 102.5, 102.5, 160.0])
     cpu = iter([10.0, 11.0, 11.0, 121.5])
-    monkeypatch.setattr(demo.time, "time", lambda: next(now))
-    monkeypatch.setattr(demo, "cpu_seconds", lambda: next(cpu))
+    from bert_tf import demo_steps
+    monkeypatch.setattr(demo_steps.time, "time", lambda: next(now))
+    monkeypatch.setattr(demo_steps, "cpu_seconds", lambda: next(cpu))
     clock = demo.StepClock()
     clock.start("1/6 learn a vocab")
     clock.start("3/6 pre-train")

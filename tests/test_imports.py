@@ -18,7 +18,7 @@ LAYERS = [
     {"export"},
     {"tasks"},
     {"commands"},
-    {"demo", "demo_predict", "resources"},  # the demo drives the commands; resources: docs
+    {"demo", "demo_predict", "demo_steps", "resources"},  # the demo drives the commands; resources: docs
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 

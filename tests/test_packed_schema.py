@@ -143,6 +143,26 @@ def test_a_run_is_packed_or_not_once_from_its_records(records, tmp_path):
     assert not plain.task.packed
 
 
+def test_deciding_packed_starts_no_tensorflow_runtime(records, tmp_path):
+    """The run decides packed-or-not before its strategy; reading a record with tf.data there
+    started TensorFlow's context, and a multi-worker strategy then failed with "Collective ops
+    must be configured at program startup". Now the records are read in Python."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "junk.txt").write_text("not a TFRecord file\n")  # no readable record: False
+    code = ("import sys; from bert_tf.training import pretraining; "
+            "from tensorflow.python.eager import context; "
+            "print(pretraining.records_are_packed(sys.argv[1]), "
+            "pretraining.records_are_packed(sys.argv[2]), "
+            "pretraining.records_are_packed(sys.argv[3]), context.context()._context_handle)")
+    res = subprocess.run([sys.executable, "-c", code, records["layout"], records["unpacked"],
+                          str(tmp_path / "junk.txt")],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert res.stdout.split() == ["True", "False", "False", "None"], res.stderr[-2000:]
+
+
 def test_an_ordinary_mask_is_read_as_greater_than_zero():
     bias = layers.attention_bias(tf.constant([[1, 2, 3, 0]])).numpy()
     np.testing.assert_array_equal(bias.reshape(-1), [0.0, 0.0, 0.0, -10000.0])

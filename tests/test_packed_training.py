@@ -231,9 +231,32 @@ def test_packed_dataset_has_static_shapes_and_the_model_inputs(data, tmp_path):
     assert set(np.unique(batch["input_mask"])) == {0, 1}
     np.testing.assert_array_equal(batch["input_mask"], batch["input_sequence_index"] > 0)
     assert batch["input_sequence_index"].numpy().max() > 1
-    with pytest.raises(BertError, match="--dynamic_masking: not supported on packed records"):
+    with pytest.raises(BertError, match=r"^--dynamic_masking: packed records were masked when "
+                                        r"they were made \(bert-pack-pretraining-data"):
         _trainer(tmp_path, "dyn", dynamic_masking=True, mask_id=3).task.dataset_fn(data["packed"], True)(
             tf.distribute.InputContext(), 4, 1, 0)
+
+
+def test_pipeline_names_the_sequence_index_at_the_source(data):
+    """pretraining_dataset itself yields input_sequence_index and a 0/1 input_mask (with or
+    without its pre-flight), and records of another kind than `packed=` are a one-line error."""
+    from bert_tf.training.input_pipeline import pretraining_dataset
+    rows = data["rows"][:4]
+    for preflight in (True, False):
+        ds = pretraining_dataset(data["packed"], 4, SEQ, PRED, False, preflight=preflight,
+                                 packed=True)
+        batch = next(iter(ds))
+        np.testing.assert_array_equal(batch["input_sequence_index"],
+                                      np.stack([r["input_mask"] for r in rows]))
+        np.testing.assert_array_equal(batch["input_mask"],
+                                      np.stack([r["input_mask"] > 0 for r in rows]))
+    with pytest.raises(BertError, match=r"^--input_file=.*packed\.tfrecord: packed records, "
+                                        r"but this run was set up for ordinary \(unpacked\) ones"):
+        pretraining_dataset(data["packed"], 4, SEQ, PRED, False, packed=False)
+    with pytest.raises(BertError, match=r"^--input_file=.*unpacked\.tfrecord: ordinary "
+                                        r"\(unpacked\) records, but this run was set up for "
+                                        r"packed ones"):
+        pretraining_dataset(data["unpacked"], 4, SEQ, PRED, False, packed=True)
 
 
 def test_xla_compiled_step_on_packed_batches(data, tmp_path, reference):

@@ -448,6 +448,16 @@ def test_dynamic_masking_on_packed_records_says_what_to_do(tmp_path):
     assert check_run(dataclasses.replace(o, do_train=False, do_eval=True))["packed"]  # eval: ok
 
 
+def test_packed_segment_ids_beyond_the_config_say_what_to_do(tmp_path):
+    shards, _ = _packed_shards(tmp_path)
+    with pytest.raises(BertError) as e:
+        check_pretraining_files(shards[:1], 64, 5, VOCAB, 1)
+    assert str(e.value) == (
+        f"--input_file {shards[0]}: record 0: segment_ids has 1, outside [0, type_vocab_size 1) "
+        "of --bert_config_file: pass the bert_config.json the data was made for, or re-pack "
+        "the data with bert-pack-pretraining-data from records made for this config")
+
+
 def test_wrong_seq_length_on_packed_records_is_one_line_before_tensorflow(tmp_path):
     """Issue 40: two absl `E... preflight.py` lines came before the error line, after ~12 s
     (the strategy and the model were built first). Now: one line, TensorFlow never imported."""

@@ -276,8 +276,11 @@ def test_cli_runs_and_reports_bad_flags_in_one_line(tmp_path, records):
         "no input": ([f"--bert_config_file={config}", f"--input_file={tmp_path}/x-*.rec",
                       f"--output_dir={tmp_path / 'o2'}", "--do_train"],
                      f"error: --input_file: '{tmp_path}/x-*.rec' matches no files"),
-        "indivisible batch": ([f"--bert_config_file={config}", "--strategy=mirrored",
-                               "--train_batch_size=3"] + common[:3],
+        # The records' lengths (checked first, before TensorFlow) as they are: the batch is
+        # the one thing wrong, and needs the strategy's replicas to be found.
+        "indivisible batch": ([f"--bert_config_file={config}", "--strategy=mirrored"]
+                              + [f for f in common if "train_batch_size" not in f]
+                              + ["--train_batch_size=3"],
                               "error: --train_batch_size: 3 is not divisible by the 2 replicas"),
         "unknown strategy": ([f"--bert_config_file={config}", "--strategy=gpu_farm"] + common,
                              "error: --strategy: unknown strategy 'gpu_farm'; expected one of "

@@ -93,7 +93,7 @@ def _varints(payload):
 _EXAMPLE = []  # the tf.train.Example message class, built on first use
 
 
-def _example_class():
+def example_class():
     """tf.train.Example's wire format as a protobuf class of our own (protobuf's C parser,
     without importing TensorFlow, whose example_pb2 lives in the tensorflow package)."""
     if _EXAMPLE:
@@ -142,7 +142,7 @@ def decode_example(data):
     """
     from google.protobuf.message import DecodeError
     try:
-        example = _example_class().FromString(data)
+        example = example_class().FromString(data)
     except DecodeError:
         raise packing.InputError("not a tf.train.Example record: give the pre-training "
                                  "TFRecords create_pretraining_data writes") from None

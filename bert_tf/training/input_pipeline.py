@@ -8,8 +8,10 @@ shapes, named for the model plus labels:
   next_sentence_labels                                [B]
 
 Packed records (bert-pack-pretraining-data; `packed_records`) are detected by their features
-and yield input_positions [B, S], masked_lm_* [B, P], and next_sentence_positions/labels/
-weights [B, N] instead (P and N read from the records); input_mask is the sequence index.
+(or must be what `packed=` says) and yield input_positions and input_sequence_index (1, 2, ...
+= which sequence; the records store it as input_mask) [B, S], masked_lm_* [B, P], and
+next_sentence_positions/labels/weights [B, N] instead (P and N read from the records);
+input_mask is then a 0/1 padding mask, as for ordinary records.
 
 Training: each epoch a new permutation of the files, interleaved (cycle 8), records shuffled in
 blocks of `shuffle_buffer_size`, repeated forever. All randomness is stateless and keyed by `seed`
@@ -49,6 +51,7 @@ from bert_tf.pretraining_data.masking import BatchMasker
 from bert_tf.pretraining_data.schema import feature_spec
 from bert_tf.training import packed_records
 from bert_tf.training.preflight import REGENERATE, check_pretraining_files
+from bert_tf.training.preflight_run import DYNAMIC_MASKING_ON_PACKED
 from bert_tf.training.record_checks import check_ranges
 from bert_tf.training.record_checks import explain_data_error  # noqa: F401 (re-exported)
 
@@ -72,12 +75,14 @@ _MODEL_NAMES = {"input_ids": "input_word_ids", "segment_ids": "input_type_ids",
 
 
 def _to_model_inputs(parsed):
-    """Record features (int64; packed or not) -> model input names, int32 (weights float32)."""
+    """Record features (int64; packed or not) -> model input names, int32 (weights float32);
+    a packed record's sequence index as input_sequence_index (`packed_records.to_model_inputs`)."""
     out = {_MODEL_NAMES.get(name, name): tf.cast(t, tf.float32 if name.endswith("_weights")
                                                  else tf.int32)
            for name, t in parsed.items()}
-    if "next_sentence_positions" not in out:  # one NSP label per unpacked row
-        out["next_sentence_labels"] = tf.reshape(out["next_sentence_labels"], [])
+    if "next_sentence_positions" in out:
+        return packed_records.to_model_inputs(out)
+    out["next_sentence_labels"] = tf.reshape(out["next_sentence_labels"], [])  # one per row
     return out
 
 
@@ -234,7 +239,7 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
                         is_training, input_context=None, seed=None, dynamic_masking=False,
                         vocab_size=None, mask_id=None, shuffle_buffer_size=1000, cycle_length=8,
                         skip_batches=0, repeat=None, flag="--input_file", type_vocab_size=None,
-                        skip_corrupt_records=False, preflight=True):
+                        skip_corrupt_records=False, preflight=True, packed=None):
     """The pre-training tf.data.Dataset (see the module docstring).
 
     Args:
@@ -261,6 +266,9 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
             log how many records were lost, instead of failing.
         preflight: check the leading records of every file first (`preflight.py`); every host
             and input pipeline does, so all fail alike before any step.
+        packed: whether the run was set up for packed records (decided once from them,
+            `pretraining.records_are_packed`); records of the other kind are a BertError.
+            None: whichever kind the records are.
     """
     if batch_size <= 0:
         raise BertError(f"batch size must be > 0, got {batch_size}")
@@ -270,14 +278,17 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     if preflight:
         info = check_pretraining_files(files, max_seq_length, max_predictions_per_seq,
                                        vocab_size, type_vocab_size, flag=flag)
-        packed = info["shape"] if info["packed"] else None
+        shape = info["shape"] if info["packed"] else None  # (S, P, N) of packed records
     else:
         fmt = packed_records.record_format(files)
-        packed = fmt and fmt["packed"] and (
+        shape = fmt and fmt["packed"] and (
             fmt["seq_length"], fmt["predictions"], fmt["sequences_per_pack"])
-    if packed and dynamic_masking:
-        raise BertError("--dynamic_masking: not supported on packed records (they are masked "
-                        "when packed); pack records made without it, or train on unpacked ones")
+    if packed is not None and bool(shape) != bool(packed):
+        kind = lambda p: "packed" if p else "ordinary (unpacked)"  # noqa: E731
+        raise BertError(f"{flag}={file_pattern}: {kind(shape)} records, but this run was set "
+                        f"up for {kind(packed)} ones: pass files of the kind the run started with")
+    if shape and dynamic_masking:
+        raise BertError(DYNAMIC_MASKING_ON_PACKED)
     repeat = is_training if repeat is None else repeat
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
@@ -307,8 +318,8 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     ds = ds.enumerate()  # record index in this pipeline's stream: keys the dynamic mask
     if skip_batches:
         ds = ds.skip(int(skip_batches) * batch_size)
-    if packed:  # S, P and N from the records (P, N are the packer's, not flags)
-        spec = packed_records.feature_spec(max_seq_length, packed[1], packed[2])
+    if shape:  # S, P and N from the records (P, N are the packer's, not flags)
+        spec = packed_records.feature_spec(max_seq_length, shape[1], shape[2])
     else:
         spec = feature_spec(max_seq_length, max_predictions_per_seq)
 

@@ -10,10 +10,11 @@ same. Whether records are packed is decided from their features (`is_packed`), o
 """
 import math
 
-from bert_tf.pretraining_data.sequence_packing import PACKED_FEATURE_NAMES as FEATURES
-from bert_tf.pretraining_data.sequence_packing import PACKED_FLOAT_FEATURES as FLOAT_FEATURES
-from bert_tf.pretraining_data.sequence_packing import is_packed  # noqa: F401  (API)
-from bert_tf.pretraining_data.sequence_packing import packed_feature_spec as feature_spec  # noqa: F401
+from bert_tf.pretraining_data import sequence_packing_layout as layout
+from bert_tf.pretraining_data.sequence_packing_layout import is_packed  # noqa: F401  (API)
+
+FEATURES, FLOAT_FEATURES = layout.PACKED_FEATURE_NAMES, layout.PACKED_FLOAT_FEATURES
+feature_spec = layout.packed_feature_spec  # the tf.io parse spec of (S, P, N) (imports TF)
 
 SEQ_FEATURES = ("input_ids", "input_mask", "segment_ids", "positions")
 PRED_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
@@ -82,7 +83,8 @@ def describe_record(example, max_seq_length, vocab_size=None, type_vocab_size=No
     lo, hi = min(vals["segment_ids"]), max(vals["segment_ids"])
     if lo < 0 or (type_vocab_size is not None and hi >= type_vocab_size):
         return (f"segment_ids has {lo if lo < 0 else hi}, outside [0, type_vocab_size "
-                f"{type_vocab_size}) of --bert_config_file")
+                f"{type_vocab_size}) of --bert_config_file: pass the bert_config.json the data "
+                f"was made for, or {REPACK} from records made for this config")
     bounds = (("input_mask", 0, n + 1), ("positions", 0, s), ("masked_lm_positions", 0, s),
               ("next_sentence_positions", 0, s), ("next_sentence_labels", 0, 2))
     for name, low, high in bounds:
@@ -135,6 +137,10 @@ def tally(example, info):
 def record_format(files):
     """The kind and shapes of the first record of `files` (the first file that has one).
 
+    Read in Python (bert_tf.training.tfrecord_reader): deciding "packed or not" before the
+    strategy must not start TensorFlow's runtime (a MultiWorkerMirroredStrategy's collective
+    ops can only be configured before it starts).
+
     Args:
         files: TFRecord paths.
 
@@ -142,28 +148,25 @@ def record_format(files):
         {"packed": bool, "seq_length": S, "predictions": P, "sequences_per_pack": N} (N = 1
         and P the record's for ordinary records), or None when no file has a readable record.
     """
-    import tensorflow as tf
-    from tensorflow.core.example import example_pb2
-    for path in files:
-        try:
-            for raw in tf.data.TFRecordDataset(path).take(1):
-                example = example_pb2.Example.FromString(raw.numpy())
-                keys = set(example.features.feature)
-                s, p, n = shapes(example)
-                return {"packed": is_packed(keys), "seq_length": s, "predictions": p,
-                        "sequences_per_pack": n if is_packed(keys) else 1}
-        except Exception:  # noqa: BLE001 - bad files get their one-line error from pre-flight
-            continue
-    return None
+    from bert_tf.training.tfrecord_reader import first_example
+    example = first_example(files)
+    if example is None:
+        return None
+    packed = is_packed(set(example.features.feature))
+    s, p, n = shapes(example)
+    return {"packed": packed, "seq_length": s, "predictions": p,
+            "sequences_per_pack": n if packed else 1}
 
 
 def to_model_inputs(batch):
-    """A packed batch as the input pipeline yields it (`input_mask` = the sequence index) ->
-    the model's names: `input_sequence_index`, and `input_mask` a 0/1 padding mask, so the index
-    never reaches the model as a mask. Batches that already have the index pass unchanged.
+    """Packed features as parsed (`input_mask` = the sequence index, as the records store it)
+    -> the model's names: `input_sequence_index`, and `input_mask` a 0/1 padding mask, so the
+    index never reaches the model as a mask. Features that already have the index pass
+    unchanged. The input pipeline applies it to every packed record.
 
     Args:
-        batch: dict of tensors with the packed features under model input names.
+        batch: dict of tensors (one record or a batch) with the packed features under model
+            input names.
     """
     import tensorflow as tf
     if "input_sequence_index" in batch:

@@ -12,86 +12,29 @@ is one line naming the file, the record, what is wrong and the fix; the first on
 The summary line says what its figures cover (bert_tf.training.preflight_run): the packer's
 journal (the whole data) when there is one, else the records it sampled.
 
-The rest of each file is checked in-graph while training (bert_tf.training.record_checks).
+TFRecord files are read, and their framing errors described, by bert_tf.training.tfrecord_reader;
+the rest of each file is checked in-graph while training (bert_tf.training.record_checks).
 """
 import concurrent.futures
 import logging
 import math
 import os
-import struct
 import time
-
-import numpy as np
 
 from bert_tf import BertError
 from bert_tf.fileio import describe_files, is_local
-from bert_tf.pretraining_data.writer import masked_crc as masked_crc32c  # google-crc32c
 from bert_tf.training import packed_records
 from bert_tf.training.preflight_run import packer_journal, summary_line
+from bert_tf.training.tfrecord_reader import (  # noqa: F401 (the last two: API)
+    REGENERATE, DataLoss, describe_framing_error, file_size, parse_example, records,
+    ends_with_whole_record, masked_crc32c)
 
 log = logging.getLogger(__name__)
 
 
-class _DataLoss(Exception):
-    """A record's framing or checksum is wrong (TF's DataLossError)."""
-
-
-def _tf():
-    import tensorflow as tf  # remote file systems only: local files need no TensorFlow
-    return tf
-
-
-def _open(path):
-    return open(path, "rb") if is_local(path) else _tf().io.gfile.GFile(path, "rb")
-
-
-def _size(path):
-    return os.path.getsize(path) if is_local(path) else _tf().io.gfile.stat(path).length
-
-
-def _records(path):
-    """Yields the records of a TFRecord file; _DataLoss on bad framing, OSError if unreadable.
-    A partial header at the end just ends it (as TF's reader; check_file compares sizes)."""
-    if not is_local(path):
-        yield from _remote_records(path)
-        return
-    with open(path, "rb") as f:
-        while len(head := f.read(12)) == 12:
-            length, crc = struct.unpack("<QI", head)
-            if masked_crc32c(head[:8]) != crc:
-                raise _DataLoss
-            data, tail = f.read(length), f.read(4)
-            if len(tail) < 4 or masked_crc32c(data) != struct.unpack("<I", tail)[0]:
-                raise _DataLoss
-            yield data
-
-
-def _remote_records(path):
-    tf = _tf()
-    from tensorflow.python.lib.io._pywrap_record_io import RecordIterator  # no deprecation
-    try:
-        it = RecordIterator(path, "")
-    except tf.errors.OpError as e:
-        raise OSError(e.message.splitlines()[0]) from None
-    try:
-        while True:
-            try:
-                raw = next(it)
-            except StopIteration:
-                return
-            except tf.errors.DataLossError:
-                raise _DataLoss from None
-            except tf.errors.OpError as e:
-                raise OSError(e.message.splitlines()[0]) from None
-            yield raw
-    finally:
-        it.close()
-
-
-def _parse_example(raw):
-    # tf.train.Example's wire format, parsed without importing TensorFlow
-    from bert_tf.pretraining_data.sequence_packing_io import _example_class
-    return _example_class().FromString(raw)
+def _isdir(path):
+    import tensorflow as tf  # remote file systems only
+    return tf.io.gfile.isdir(path)
 
 
 SEQ_FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -100,7 +43,6 @@ PRETRAINING_FEATURES = SEQ_FEATURES + PRED_FEATURES + ("next_sentence_labels",)
 # Keys only the original's fine-tuning scripts write (run_classifier / run_squad records).
 FINETUNING_KEYS = frozenset({"label_ids", "is_real_example", "unique_ids", "start_positions",
                              "end_positions", "is_impossible"})
-REGENERATE = "regenerate the data with create_pretraining_data.py"
 
 
 def sample_files(files, max_files):
@@ -117,49 +59,6 @@ def sample_files(files, max_files):
         return [files[0]]
     picks = sorted({round(i * (n - 1) / (max_files - 1)) for i in range(max_files)})
     return [files[i] for i in picks]
-
-
-# ---- TFRecord framing (diagnosis of what the reader refused) -----------------------------
-
-def _preview(data):
-    text = data[:24].decode("utf-8", "replace")
-    return " ".join(text.split())
-
-
-def describe_framing_error(path, offset, index):
-    """What is wrong with the TFRecord record that starts at byte `offset` (a phrase + fix).
-
-    Args:
-        path: the file.
-        offset: byte offset of the record's header.
-        index: the record's index in the file (named in the phrase).
-    """
-    size = _size(path)
-    with _open(path) as f:
-        head = f.read(24)
-        f.seek(offset)
-        header = f.read(12)
-    if offset == 0 and head[:2] == b"\x1f\x8b":
-        return ("is gzip-compressed: decompress it (pre-training reads uncompressed TFRecords)")
-    if offset == 0 and size < 12:
-        return (f"not a TFRecord file ({size} bytes, it starts with {_preview(head)!r}): pass the "
-                f"TFRecord files written by create_pretraining_data.py")
-    if len(header) < 12:
-        return (f"truncated: the file ends {size - offset} bytes into the header of record "
-                f"{index} (byte {offset}); the shard was cut off: copy it again or {REGENERATE}")
-    length, length_crc = struct.unpack("<QI", header)
-    if masked_crc32c(header[:8]) != length_crc:
-        if offset == 0:
-            return (f"not a TFRecord file (it starts with {_preview(head)!r}): pass the "
-                    f"TFRecord files written by create_pretraining_data.py")
-        return (f"corrupt header of record {index} at byte {offset}: the file is damaged: copy "
-                f"it again or {REGENERATE}")
-    if offset + 16 + length > size:
-        return (f"truncated: record {index} at byte {offset} needs {length + 16} bytes, the file "
-                f"ends {size - offset} bytes after its start; the shard was cut off: copy it "
-                f"again or {REGENERATE}")
-    return (f"corrupt record {index} at byte {offset} (checksum mismatch): the file is "
-            f"damaged: copy it again or {REGENERATE}")
 
 
 # ---- record contents ------------------------------------------------------------------------
@@ -244,46 +143,6 @@ def _describe_ranges(vals, max_seq_length, vocab_size, type_vocab_size):
     return None
 
 
-def _read_tail(path, size, n):
-    with _open(path) as f:  # local: open(), 5x cheaper than GFile
-        f.seek(size - n)
-        return f.read(n)
-
-
-def ends_with_whole_record(path, size, window=4096, max_window=1 << 20):
-    """Whether the file ends exactly at the end of a record (a cut-off shard does not).
-
-    Looks in the file's last `window` bytes (growing to `max_window`) for a record header whose
-    length reaches exactly the last byte and whose length checksum matches: one small read, not
-    a walk of the whole file.
-
-    Args:
-        path: the file.
-        size: its length in bytes.
-        window: bytes read from the end at first.
-        max_window: the largest window tried.
-    Returns:
-        True, False, or None when the last record may be longer than `max_window`.
-    """
-    while True:
-        n = min(size, window)
-        tail = _read_tail(path, size, n)
-        k = n - 15  # candidate header starts p in [0, n - 16]
-        if k > 0:
-            b = np.frombuffer(tail, np.uint8).astype(np.uint32)
-            low = b[:k] | b[1:k + 1] << 8 | b[2:k + 2] << 16 | b[3:k + 3] << 24
-            high = b[4:k + 4] | b[5:k + 5] | b[6:k + 6] | b[7:k + 7]  # 0: records < 4 GiB
-            hit = (low == np.arange(n - 16, n - 16 - k, -1, dtype=np.uint32)) & (high == 0)
-            for p in np.flatnonzero(hit):
-                if masked_crc32c(tail[p:p + 8]) == struct.unpack("<I", tail[p + 8:p + 12])[0]:
-                    return True
-        if n == size:
-            return False
-        if window >= max_window:
-            return None
-        window *= 8
-
-
 def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
                type_vocab_size=None, records_per_file=4, flag="--input_file", info=None):
     """Check the first `records_per_file` records of one file, and that it ends with a whole one.
@@ -304,19 +163,19 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
     info = {} if info is None else info
     offset, index, it, longest = 0, 0, None, 0
     try:
-        it = _records(path)
+        it = records(path)
         for index in range(records_per_file):
             try:
                 raw = next(it)
             except StopIteration:  # a partial header at the end also stops the reader
-                if _size(path) != offset:
+                if file_size(path) != offset:
                     return f"{flag} {path}: {describe_framing_error(path, offset, index)}", index
                 break
-            except _DataLoss:
+            except DataLoss:
                 what = describe_framing_error(path, offset, index)
                 return f"{flag} {path}: {what}", index
             try:
-                example = _parse_example(raw)
+                example = parse_example(raw)
             except Exception:  # noqa: BLE001 - protobuf's DecodeError type varies by backend
                 return (f"{flag} {path}: record {index}: not a tf.train.Example (another "
                         f"kind of TFRecord): pass the files written by "
@@ -330,13 +189,13 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
             longest = max(longest, len(raw))
         else:
             index = records_per_file
-            size = _size(path)
+            size = file_size(path)
             window = min(4096, max(512, 2 * longest + 32))  # the last record is most likely
             if size > offset and ends_with_whole_record(path, size, window) is False:  # as long
                 return (f"{flag} {path}: truncated: it does not end with a whole record ({size} "
                         f"bytes); the shard was cut off: copy it again or {REGENERATE}"), index
     except OSError as e:  # unreadable (a directory, permissions, vanished file, ...)
-        if os.path.isdir(path) if is_local(path) else _tf().io.gfile.isdir(path):
+        if os.path.isdir(path) if is_local(path) else _isdir(path):
             return (f"{flag} {path}: is a directory: pass a glob of the files in it, e.g. "
                     f"{flag}={path.rstrip('/')}/*"), 0
         return (f"{flag} {path}: cannot read it ({e.strerror or e}): check that it exists and is "

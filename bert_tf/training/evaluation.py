@@ -1,0 +1,60 @@
+"""The Trainer's stat-based evaluation: the task's per-batch stats (sums) are reduced over
+replicas and added up over the batches, then `task.summarize` turns them into the reported
+means, so N replicas report what one device reports for the same batches.
+"""
+import tensorflow as tf
+
+from bert_tf import BertError
+from bert_tf.training.record_checks import explain_data_error
+
+
+def eval_step_fn(strategy, model, task):
+    """The compiled eval step: a distributed batch -> the task's stat sums over replicas.
+
+    Args:
+        strategy: the Trainer's tf.distribute.Strategy.
+        model: the task's model.
+        task: the `Task` (normalizers, loss, stat_keys, model_inputs).
+    """
+    def replica_eval(batch):
+        ctx = tf.distribute.get_replica_context()
+        norms = task.normalizers(batch)
+        if ctx.num_replicas_in_sync > 1 and norms:
+            norms = ctx.all_reduce(tf.distribute.ReduceOp.SUM, norms)
+        outputs = model({k: batch[k] for k in task.model_inputs}, training=False)
+        return task.loss(batch, outputs, norms)[1]
+
+    @tf.function
+    def eval_step(batch):
+        stats = strategy.run(replica_eval, args=(batch,))
+        return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, stats[k], axis=None)
+                for k in task.stat_keys}
+
+    return eval_step
+
+
+def run_eval(step_fn, batches, task, max_steps, empty_error):
+    """`task.summarize` of the stats of up to `max_steps` batches.
+
+    Args:
+        step_fn: `eval_step_fn`'s step.
+        batches: a callable returning the distributed eval dataset (built inside the error
+            handling: a bad record becomes its one-line BertError).
+        task: the `Task`.
+        max_steps: batches to evaluate at most.
+        empty_error: BertError message when there is not a single full batch.
+    """
+    totals = {k: 0.0 for k in task.stat_keys}
+    steps = 0
+    try:
+        for batch in batches():
+            if steps >= max_steps:
+                break
+            for k, v in step_fn(batch).items():
+                totals[k] += float(v)
+            steps += 1
+    except tf.errors.OpError as e:
+        raise explain_data_error(e) or e from None
+    if steps == 0:
+        raise BertError(empty_error)
+    return task.summarize(totals, steps)
