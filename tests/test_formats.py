@@ -165,6 +165,98 @@ def test_each_source_read_once_per_command_and_no_temp_folder(src, tmp_path, mon
     assert os.listdir(tmp) == []
 
 
+# A command's main() in a child process with every format's read counted; prints the paths.
+_COUNTED_COMMAND = (
+    "import dataclasses, importlib, json, sys\n"
+    "from bert_tf.convert import formats\n"
+    "reads = []\n"
+    "def counted(fmt):\n"
+    "    def read(path):\n"
+    "        reads.append(path)\n"
+    "        return fmt.read(path)\n"
+    "    return dataclasses.replace(fmt, read=read)\n"
+    "formats.FORMATS = tuple(counted(f) for f in formats.FORMATS)\n"
+    "command = importlib.import_module(sys.argv[1])\n"
+    "sys.argv = sys.argv[1:]\n"
+    "try:\n"
+    "    command.main()\n"
+    "except SystemExit as e:\n"
+    "    assert not e.code, e.code\n"
+    "print(json.dumps(reads))\n")
+
+
+def _cola(d):
+    d.mkdir()
+    words = ["the movie was good", "a dull film", "really not awful", "very fine plot"]
+    (d / "train.tsv").write_text("".join(f"s\t{i % 2}\t\t{t}\n" for i, t in enumerate(words)))
+    return str(d)
+
+
+@pytest.mark.parametrize("command", ["run_classifier", "run_pretraining", "extract_features",
+                                     "export_savedmodel"])
+def test_a_command_reads_init_checkpoint_once(src, tmp_path, command):
+    """The Source the hand-off read is the one the run's config, load and export use."""
+    from conftest import write_pretraining_records
+    from test_convert_encoder_only import V
+    out = str(tmp_path / "out")
+    train = [f"--output_dir={out}", "--do_train", "--num_train_steps=1",
+             "--learning_rate=1e-30", "--train_batch_size=2", "--max_seq_length=16"]
+    # A TF Hub-style SavedModel without a config file: read for config, weights and vocab.
+    init = src["encoder"]
+    if command == "run_classifier":
+        args = [*train, "--task_name=cola", f"--data_dir={_cola(tmp_path / 'cola')}",
+                "--seed=1", "--progress=False", "--do_export=False"]
+    elif command == "run_pretraining":
+        # A sentence-transformers directory: its pooling goes to the embeddings export.
+        init = src["st"]
+        records = tmp_path / "train.tfrecord"
+        write_pretraining_records(records, 4, seq_len=16, max_pred=2, vocab_size=V)
+        args = [*train, f"--input_file={records}", "--num_warmup_steps=0",
+                "--max_predictions_per_seq=2"]
+    elif command == "export_savedmodel":
+        args = ["--task=embeddings", "--seq_length=16", f"--export_dir={out}"]
+    else:
+        (tmp_path / "in.txt").write_text("\n".join(TEXTS[:3]) + "\n")
+        args = [f"--input_file={tmp_path / 'in.txt'}", f"--output_file={out}.jsonl",
+                "--layers=-1", "--max_seq_length=16"]
+    res = subprocess.run(
+        [sys.executable, "-c", _COUNTED_COMMAND, f"bert_tf.commands.{command}",
+         f"--init_checkpoint={init}", *args], capture_output=True, text=True,
+        cwd=ROOT, env=dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    reads = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(reads) == 1, reads  # before: 3 (hand-off + config or pooling + load)
+    if command == "export_savedmodel":
+        served = tf.saved_model.load(out).signatures["serving_default"](text=tf.constant(TEXTS))
+        want = bert_tf.from_pretrained(src["hf"], task="embeddings", text_input=True,
+                                       seq_length=16).predict(TEXTS, verbose=0)
+        np.testing.assert_allclose(served["embedding"].numpy(), want, atol=1e-5)
+        return
+    model = bert_tf.from_pretrained(src["hf"])
+    if command == "extract_features":  # the last layer of [CLS], rounded to 6 places
+        ids = {k: v[:, :16] for k, v in ids_of(src).items()}
+        want = model(ids, training=False)["sequence_output"].numpy()[:, 0]
+        got = [json.loads(line)["features"][0]["layers"][0]["values"]
+               for line in open(f"{out}.jsonl")]
+        np.testing.assert_allclose(got, want[:3], atol=2e-6)
+        return
+    # A learning rate far below float32 resolution: the checkpoint holds the loaded weights.
+    want = {v.path: v.numpy() for v in model.weights}
+    for v in model.weights:
+        v.assign(tf.zeros_like(v))
+    status = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=model)).read(
+        tf.train.latest_checkpoint(out))
+    status.expect_partial().assert_existing_objects_matched()
+    got = {v.path: v.numpy() for v in model.weights}
+    assert sorted(got) == sorted(want)
+    for name, value in got.items():
+        np.testing.assert_array_equal(value, want[name], err_msg=name)
+    if command == "run_pretraining":
+        meta = json.load(open(f"{out}/export/bert_embeddings/1/assets.extra/"
+                              "bert_tf_export.json"))
+        assert (meta["pooling"], meta["normalize"]) == ("mean", True)
+
+
 def _literal_files(name):
     files = set()
     for f in pathlib.Path(ROOT, "bert_tf").rglob("*.py"):

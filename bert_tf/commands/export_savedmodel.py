@@ -146,7 +146,7 @@ def run():
     from bert_tf import export
     from bert_tf.convert import formats
     from bert_tf.export import serving
-    from bert_tf.convert.handoff import fill_flags
+    from bert_tf.convert.handoff import bert_config as config_of, fill_flags
     # --init_checkpoint supplies config, vocab and casing it carries; its Source, read once,
     # is what the export loads
     src = fill_flags(FLAGS)
@@ -166,7 +166,7 @@ def run():
         raise BertError("--bert_config_file: required")
     if FLAGS.kind == "end_to_end" and not FLAGS.vocab_file:
         raise BertError("--vocab_file: required for --kind=end_to_end")
-    cfg = formats.read_config(FLAGS.bert_config_file)
+    cfg = config_of(FLAGS, src)  # the Source's own config where it gave it: not read again
     num_labels = len(FLAGS.labels) if FLAGS.labels else FLAGS.num_labels
     task = "embeddings" if FLAGS.kind == "encoder" else FLAGS.task
     if FLAGS.with_mlm:

@@ -45,9 +45,9 @@ def app_main(argv):
         options = script_flags.options_from_flags(PretrainingOptions)
         check_run(options)  # before TensorFlow is imported: a wrong flag fails in ~1 s
         from bert_tf.training import pretraining
-        from bert_tf.convert.handoff import fill_options
-        options = fill_options(options)
-        result = pretraining.run_pretraining(options)
+        from bert_tf.convert.handoff import hand_off
+        options, source = hand_off(options)  # read once; the run loads from this Source
+        result = pretraining.run_pretraining(options, init_source=source)
     except BertError as e:
         sys.exit(f"error: {e}")
     if result["eval"]:

@@ -1,10 +1,12 @@
 """`--init_checkpoint=<any format>` supplies --bert_config_file, --vocab_file and
 --do_lower_case where the source carries them, as `bert_tf.from_pretrained` does.
 
-Every script calls `fill_options(options)` (the fine-tuning scripts through
+Every script calls `hand_off(options)` (the fine-tuning scripts through
 `bert_tf.tasks.cli.run_script`, run_pretraining in its main, bert-export-savedmodel through
-`fill_flags`). A flag the user gave that contradicts the source is a one-line BertError; one
-note on stderr says which values came from the source.
+`fill_flags`) and passes the `Source` it returns to its own load (`init_source=`), so
+--init_checkpoint is read once per run; `bert_config(options, source)` gives the run's config
+without reading it again. A flag the user gave that contradicts the source is a one-line
+BertError; one note on stderr says which values came from the source.
 """
 import dataclasses
 import sys
@@ -141,6 +143,22 @@ def fill_options(options, explicit=None):
         explicit: names the user set (see `hand_off`).
     """
     return hand_off(options, explicit)[0]
+
+
+def bert_config(options, source=None):
+    """The run's BertConfig: the Source's where --bert_config_file names the source the
+    hand-off read (--init_checkpoint itself or its config file: not read again), else
+    `formats.read_config(options.bert_config_file)`.
+
+    Args:
+        options: a script's options (bert_config_file; init_checkpoint where it has one).
+        source: the `source.Source` `hand_off` returned for --init_checkpoint, or None.
+    """
+    path = options.bert_config_file
+    if source is not None and path and path in (getattr(options, "init_checkpoint", None),
+                                                source.path, source.config_file):
+        return source.bert_config
+    return formats.read_config(path)
 
 
 def fill_flags(flag_values):

@@ -56,16 +56,21 @@ def _with_warmup(export_fn, final_dir, requests):
     return final_dir
 
 
-def embedding_pooling(init_checkpoint):
-    """{pooling, normalize} of the source's sentence-transformers settings ({} for none)."""
-    if not init_checkpoint:
+def embedding_pooling(source):
+    """{pooling, normalize} of the source's sentence-transformers settings ({} for none).
+
+    Args:
+        source: the `Source` the command read for --init_checkpoint (not read again), or
+            the --init_checkpoint path, or None.
+    """
+    if not source:
         return {}
     from bert_tf.convert import formats
-    pooling, normalize = formats.pooling_of(init_checkpoint)
+    pooling, normalize = formats.pooling_of(source)
     return {"pooling": pooling, "normalize": normalize} if pooling or normalize else {}
 
 
-def export_pretrained(model, export_dir, options):
+def export_pretrained(model, export_dir, options, init_source=None):
     """Export a trained BertPretrainer as described in the module docstring.
 
     Args:
@@ -73,6 +78,8 @@ def export_pretrained(model, export_dir, options):
         export_dir: the encoder SavedModel (no vocab) or the TF Serving base folder.
         options: PretrainingOptions (vocab_file, do_lower_case, max_seq_length, model_name,
             init_checkpoint).
+        init_source: the `Source` the command read for init_checkpoint (its pooling, not
+            read again), or None: init_checkpoint is read for it.
     Returns:
         export_dir.
     """
@@ -88,7 +95,7 @@ def export_pretrained(model, export_dir, options):
     vocab, lower = options.vocab_file, options.do_lower_case
     names = [name + s for s in SUFFIXES]
     version = max(serving.next_version(posixpath.join(export_dir, n)) for n in names)
-    pooled = embedding_pooling(getattr(options, "init_checkpoint", None))
+    pooled = embedding_pooling(init_source or getattr(options, "init_checkpoint", None))
     for task, model_name, extra in (("fill_mask", names[0], {}),
                                     ("embeddings", names[1], pooled)):
         serving.export_for_serving(export_dir, model_name, version, model=model,

@@ -61,7 +61,7 @@ class ClassifierTask(finetune.FinetuneTask):
             BertEncoder.from_bert_config(self.bert_config, name="encoder"), num_classes), self.cfg)
 
 
-def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
+def check_common(cfg, phases=("do_train", "do_eval", "do_predict"), init_source=None):
     """Flag checks shared by the fine-tuning tasks; returns (BertConfig, FullTokenizer).
 
     Run before examples are read or a model is built, so a bad flag fails at once.
@@ -69,8 +69,9 @@ def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
     Args:
         cfg: the task's RunConfig (needs bert_config_file, vocab_file, output_dir).
         phases: the task's do_* flags; at least one must be set.
+        init_source: the `Source` read for --init_checkpoint (its config, not read again).
     """
-    from bert_tf.convert.formats import read_config
+    from bert_tf.convert.handoff import bert_config as config_of
     from bert_tf.tokenization import FullTokenizer, check_vocab_size
     if not any(getattr(cfg, p) for p in phases):
         raise BertError("at least one of " + ", ".join(f"--{p}" for p in phases)
@@ -79,7 +80,7 @@ def check_common(cfg, phases=("do_train", "do_eval", "do_predict")):
         if not getattr(cfg, name):
             raise BertError(f"--{name}: required")
     finetune.check_flags(cfg)
-    bert_config = read_config(cfg.bert_config_file)  # any dialect the format table reads
+    bert_config = config_of(cfg, init_source)  # any dialect the format table reads
     if cfg.max_seq_length > bert_config.max_position_embeddings:
         raise BertError(f"--max_seq_length: {cfg.max_seq_length} exceeds the model's "
                         f"max_position_embeddings {bert_config.max_position_embeddings}")
@@ -127,10 +128,15 @@ def eval_metrics(processor, labels, outputs):
     return out
 
 
-def run(cfg):
-    """Train / evaluate / predict as the flags ask; returns a dict of what it produced."""
+def run(cfg, init_source=None):
+    """Train / evaluate / predict as the flags ask; returns a dict of what it produced.
+
+    Args:
+        cfg: ClassifierConfig.
+        init_source: the `Source` read for --init_checkpoint (`bert_tf.tasks.cli`), or None.
+    """
     processor = get_processor(cfg)
-    bert_config, tokenizer = check_common(cfg)
+    bert_config, tokenizer = check_common(cfg, init_source=init_source)
     label_list = processor.get_labels()
     regression = processor.is_regression
     data_dir = cfg.data_dir
@@ -145,7 +151,7 @@ def run(cfg):
             progress=desc if cfg.progress else None)
 
     trainer = finetune.make_trainer(
-        ClassifierTask(cfg, bert_config, None if regression else label_list), cfg)
+        ClassifierTask(cfg, bert_config, None if regression else label_list), cfg, init_source)
     result = {"output_dir": cfg.output_dir}
     if cfg.do_train:
         if not train:

@@ -128,17 +128,24 @@ def format_line(unique_id, tokens, layer_values, layers):
     return json.dumps({"linex_index": unique_id, "features": feats}) + "\n"
 
 
-def run(cfg):
-    """Writes the features of every input line to --output_file; returns a summary dict."""
+def run(cfg, init_source=None):
+    """Writes the features of every input line to --output_file; returns a summary dict.
+
+    Args:
+        cfg: FeatureConfig.
+        init_source: the `Source` read for --init_checkpoint (`bert_tf.tasks.cli`): the
+            weights and config come from it, not read again; None: read from the flags.
+    """
     import tensorflow as tf
-    from bert_tf.convert.formats import read_config
+    from bert_tf.convert.handoff import bert_config as config_of
     from bert_tf.tasks import classifier_data, finetune
+    from bert_tf.training.trainer import Trainer
     from bert_tf.tokenization import FullTokenizer, check_vocab_size
     for name in ("input_file", "output_file", "bert_config_file", "vocab_file"):
         if not getattr(cfg, name):
             raise BertError(f"--{name}: required")
     finetune.check_flags(cfg)
-    bert_config = read_config(cfg.bert_config_file)  # any dialect the format table reads
+    bert_config = config_of(cfg, init_source)  # any dialect the format table reads
     check_vocab_size(cfg.vocab_file, bert_config.vocab_size, cfg.bert_config_file)
     if cfg.max_seq_length > bert_config.max_position_embeddings:
         raise BertError(f"--max_seq_length: {cfg.max_seq_length} exceeds the model's "
@@ -155,8 +162,8 @@ def run(cfg):
         arrays["input_word_ids"][i], arrays["input_mask"][i] = ids, mask
         arrays["input_type_ids"][i] = types
         all_tokens.append(tokens)
-    trainer = finetune.make_trainer(FeatureTask(cfg, bert_config, layers),
-                                    dataclasses.replace(cfg, output_dir=None))
+    trainer = Trainer(FeatureTask(cfg, bert_config, layers),
+                      dataclasses.replace(cfg, output_dir=None), init_source=init_source)
     if cfg.init_checkpoint:
         trainer.restore()
     else:

@@ -248,13 +248,18 @@ def _write_conll(path, sentences, preds):
     write_text(path, "".join(out))
 
 
-def run(cfg):
-    """Train / evaluate / tag as the flags ask; returns a dict of what it produced."""
+def run(cfg, init_source=None):
+    """Train / evaluate / tag as the flags ask; returns a dict of what it produced.
+
+    Args:
+        cfg: NerConfig.
+        init_source: the `Source` read for --init_checkpoint (`bert_tf.tasks.cli`), or None.
+    """
     from bert_tf.tasks import finetune, metrics
     from bert_tf.tasks.classifier import check_common
     if cfg.label_scheme not in ("iob2", "none"):
         raise BertError(f"--label_scheme: expected iob2 or none, got {cfg.label_scheme!r}")
-    bert_config, tokenizer = check_common(cfg)
+    bert_config, tokenizer = check_common(cfg, init_source=init_source)
     if not cfg.data_dir:
         raise BertError("--data_dir: required")
     label_list = ([x.strip() for x in cfg.labels.split(",") if x.strip()] if cfg.labels
@@ -269,7 +274,7 @@ def run(cfg):
     train = load(cfg.train_file) if cfg.do_train else None
     dev = load(cfg.dev_file) if cfg.do_eval else None
     test = load(cfg.test_file) if cfg.do_predict else None
-    trainer = finetune.make_trainer(NerTask(cfg, bert_config, label_list), cfg)
+    trainer = finetune.make_trainer(NerTask(cfg, bert_config, label_list), cfg, init_source)
     result = {"output_dir": cfg.output_dir, "labels": label_list}
     if cfg.do_train:
         if not train:

@@ -336,15 +336,19 @@ def _has_answers(input_file):
                      for qa in p["qas"])
 
 
-def run(cfg):
+def run(cfg, init_source=None):
     """Train on --train_file and/or predict --predict_file (predictions.json, nbest, null odds).
 
     When the predict file carries answers, EM/F1 (official script rules) go to
     eval_results.txt too.
+
+    Args:
+        cfg: SquadConfig.
+        init_source: the `Source` read for --init_checkpoint (`bert_tf.tasks.cli`), or None.
     """
     from bert_tf.tasks import finetune, squad_metrics
     from bert_tf.tasks.classifier import check_common
-    bert_config, tokenizer = check_common(cfg, phases=("do_train", "do_predict"))
+    bert_config, tokenizer = check_common(cfg, ("do_train", "do_predict"), init_source)
     if cfg.do_train and not cfg.train_file:
         raise BertError("--train_file: required with --do_train")
     if cfg.do_predict and not cfg.predict_file:
@@ -353,7 +357,7 @@ def run(cfg):
     train = read_squad_examples(cfg.train_file, True, v2) if cfg.do_train else None
     evals = read_squad_examples(cfg.predict_file, False, v2) if cfg.do_predict else None
     progress = cfg.progress
-    trainer = finetune.make_trainer(SquadTask(cfg, bert_config), cfg)
+    trainer = finetune.make_trainer(SquadTask(cfg, bert_config), cfg, init_source)
     result = {"output_dir": cfg.output_dir}
     if cfg.do_train:
         if not train:

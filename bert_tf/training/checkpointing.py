@@ -55,11 +55,16 @@ class Checkpoints:
         model: the built Keras model.
         global_step: int64 variable; also the checkpoint number.
         data_seed: int64 variable, the input pipeline's shuffle seed.
+        init_source: the `bert_tf.convert.source.Source` the command read for
+            init_checkpoint (`bert_tf.convert.handoff.hand_off`): loaded from, not read again;
+            None: init_checkpoint is read when it is needed.
     """
 
-    def __init__(self, options, checkpoint_name, strategy, model, global_step, data_seed):
+    def __init__(self, options, checkpoint_name, strategy, model, global_step, data_seed,
+                 init_source=None):
         self.options, self.checkpoint_name, self.strategy = options, checkpoint_name, strategy
         self.model, self.global_step, self.data_seed = model, global_step, data_seed
+        self.init_source = init_source
         self.is_chief = distribute.is_chief(strategy)
         self.optimizer = None
         self._manager = None
@@ -123,7 +128,7 @@ class Checkpoints:
         if self.options.init_checkpoint:
             from bert_tf.convert.checkpoints import load_checkpoint
             with self.strategy.scope():
-                load_checkpoint(self.model, self.options.init_checkpoint)
+                load_checkpoint(self.model, self.init_source or self.options.init_checkpoint)
             log.info("initialised from %s", self.options.init_checkpoint)
             return "initialized"
         if inference:

@@ -105,9 +105,10 @@ class PretrainingTask(Task):
     stat_keys = STAT_KEYS
     eval_keys = EVAL_KEYS[1:]
 
-    def __init__(self, bert_config, options, packed=False):
+    def __init__(self, bert_config, options, packed=False, init_source=None):
         self.config, self.options = bert_config, options
         self.packed = bool(packed)
+        self.init_source = init_source  # the Source read for init_checkpoint: the export's pooling
 
     @property
     def model_inputs(self):
@@ -196,21 +197,12 @@ class PretrainingTask(Task):
         o = self.options
 
         def fn(ctx, batch_size, seed, skip_batches):
-            ds = pretraining_dataset(
+            return pretraining_dataset(
                 input_file, batch_size, o.max_seq_length, o.max_predictions_per_seq, training,
                 input_context=ctx, seed=seed, dynamic_masking=o.dynamic_masking and training,
                 vocab_size=self.config.vocab_size, mask_id=o.mask_id, skip_batches=skip_batches,
                 type_vocab_size=self.config.type_vocab_size,
-                skip_corrupt_records=o.skip_corrupt_records)
-            packed = "next_sentence_positions" in ds.element_spec
-            if packed != self.packed:
-                kind = lambda p: "packed" if p else "ordinary (unpacked)"  # noqa: E731
-                raise BertError(f"--input_file={input_file}: {kind(packed)} records, but this "
-                                f"run was set up for {kind(self.packed)} ones: pass files of "
-                                "the kind the run started with")
-            if packed:  # the sequence index under its own name, input_mask 0/1
-                ds = ds.map(packed_records.to_model_inputs).prefetch(tf.data.AUTOTUNE)
-            return ds
+                skip_corrupt_records=o.skip_corrupt_records, packed=self.packed)
         return fn
 
     def export(self, model, export_dir):
@@ -221,7 +213,8 @@ class PretrainingTask(Task):
             export_dir: where to export.
         """
         from bert_tf.training import pretraining_export
-        return pretraining_export.export_pretrained(model, export_dir, self.options)
+        return pretraining_export.export_pretrained(model, export_dir, self.options,
+                                                    self.init_source)
 
 
 def records_are_packed(input_file):
@@ -235,7 +228,7 @@ def records_are_packed(input_file):
     return bool(fmt and fmt["packed"])
 
 
-def make_trainer(bert_config, options, strategy=None, packed=None):
+def make_trainer(bert_config, options, strategy=None, packed=None, init_source=None):
     """A Trainer of the PretrainingTask with its optimizer built (ready for `restore()`).
 
     Args:
@@ -244,15 +237,17 @@ def make_trainer(bert_config, options, strategy=None, packed=None):
         strategy: a tf.distribute.Strategy; default: from options.
         packed: whether the records are packed; None: decided from options.input_file's
             records (False without one).
+        init_source: the `Source` read for options.init_checkpoint (see Trainer), or None.
     """
     if packed is None:
         packed = bool(options.input_file) and records_are_packed(options.input_file)
-    trainer = Trainer(PretrainingTask(bert_config, options, packed), options, strategy)
+    trainer = Trainer(PretrainingTask(bert_config, options, packed, init_source), options,
+                      strategy, init_source=init_source)
     trainer.build_optimizer(options.num_train_steps, options.num_warmup_steps)
     return trainer
 
 
-def run_pretraining(options, strategy=None):
+def run_pretraining(options, strategy=None, init_source=None):
     """What run_pretraining.py does: train and/or evaluate; export after training.
 
     Without do_train/do_eval but with export_dir it is the separate export step: the latest
@@ -261,6 +256,8 @@ def run_pretraining(options, strategy=None):
     Args:
         options: PretrainingOptions.
         strategy: a tf.distribute.Strategy; default: from options.
+        init_source: the `Source` the command read for --init_checkpoint
+            (`bert_tf.convert.handoff`; loaded from, not read again), or None.
     Returns:
         {"train": [per-loop metrics], "eval": results or None, "export_dir": path or None}.
     """
@@ -273,15 +270,15 @@ def run_pretraining(options, strategy=None):
         raise BertError("--do_train/--do_eval/--export_dir: at least one must be set")
     if (o.do_train or o.do_eval) and not o.input_file:
         raise BertError("--input_file: required")
-    from bert_tf.convert.formats import read_config
-    config = read_config(o.bert_config_file)  # any dialect the format table reads
+    from bert_tf.convert.handoff import bert_config as config_of
+    config = config_of(o, init_source)  # any dialect the format table reads: not read again
     if o.do_train or o.export_dir:
         from bert_tf.training import pretraining_export
         pretraining_export.check_vocab(o, config)
     if o.do_train or o.do_eval:
         list_files(o.input_file)
     packed = (o.do_train or o.do_eval) and records_are_packed(o.input_file)  # once, here
-    trainer = make_trainer(config, o, strategy, packed=packed)
+    trainer = make_trainer(config, o, strategy, packed=packed, init_source=init_source)
     restored = trainer.restore()
     task = trainer.task
     out = {"train": [], "eval": None, "export_dir": None}

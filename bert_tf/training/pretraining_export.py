@@ -42,7 +42,7 @@ def check_vocab(options, bert_config):
                         "(a BERT vocab needs [CLS], [SEP] and [MASK])")
 
 
-def export_pretrained(model, export_dir, options):
+def export_pretrained(model, export_dir, options, init_source=None):
     """Export a trained BertPretrainer as described in the module docstring
     (`bert_tf.export.pretraining.export_pretrained`, reached through `bert_tf.exporter`: the
     export package is a higher layer than training).
@@ -51,8 +51,9 @@ def export_pretrained(model, export_dir, options):
         model: the BertPretrainer.
         export_dir: the encoder SavedModel (no vocab) or the TF Serving base folder.
         options: PretrainingOptions (vocab_file, do_lower_case, max_seq_length, model_name).
+        init_source: the `Source` the command read for init_checkpoint, or None.
     Returns:
         export_dir.
     """
     import bert_tf
-    return bert_tf.exporter("pretrained")(model, export_dir, options)
+    return bert_tf.exporter("pretrained")(model, export_dir, options, init_source=init_source)

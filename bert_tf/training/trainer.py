@@ -22,6 +22,7 @@ rest, the same way for every task (Model Garden's task/trainer split, kept small
   seed and dropout RNG states; a restart resumes from the latest and the seeded input skips
   the batches consumed so far. Without one, `init_checkpoint` initialises the model.
 * Datasets are built before anything is written, so bad input leaves no output behind.
+* Evaluation sums the task's stats over replicas and batches (bert_tf.training.evaluation).
 * Multi-worker: only the chief writes checkpoints, summaries, results and exports; the others
   save to a deleted temporary directory (saving may need every worker). A lost worker ends the
   job with one error line.
@@ -39,7 +40,8 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
-from bert_tf.training import checkpointing, distribute, preemption, reporting, summaries
+from bert_tf.training import (checkpointing, distribute, evaluation, preemption, reporting,
+                              summaries)
 from bert_tf.training.optimization import create_optimizer
 from bert_tf.training.task import INPUT_NAMES, Task  # noqa: F401  (API)
 
@@ -60,6 +62,8 @@ class Trainer:
         task: a `Task`.
         options: `bert_tf.training.options.TrainerOptions` (or a subclass).
         strategy: a tf.distribute.Strategy; default: from options (strategy, use_tpu, ...).
+        init_source: the `Source` the command read for options.init_checkpoint (loaded
+            from, not read again; `bert_tf.convert.handoff`), or None.
 
     Attributes:
         step_shapes: collections.Counter of training steps per batch length (axis 1 of the
@@ -68,7 +72,7 @@ class Trainer:
             `restore()` and `save()` delegate to it.
     """
 
-    def __init__(self, task, options, strategy=None):
+    def __init__(self, task, options, strategy=None, init_source=None):
         self.task, self.options = task, options
         o = options
         distribute.set_mixed_precision(o.mixed_precision)
@@ -94,7 +98,8 @@ class Trainer:
         self.optimizer = self.inner_optimizer = None
         self.num_train_steps = None
         self.checkpoints = checkpointing.Checkpoints(options, task.checkpoint_name, self.strategy,
-                                                     self.model, self.global_step, self.data_seed)
+                                                     self.model, self.global_step, self.data_seed,
+                                                     init_source=init_source)
         self._train_loop_fn = self._eval_step_fn = None
         # Steps per batch length = the shapes XLA/TPUs compile the step for.
         self.step_shapes = collections.Counter()
@@ -333,41 +338,15 @@ class Trainer:
             max_steps: batches to evaluate at most.
             empty_error: BertError message when there is not a single full batch.
         """
-        strategy, task = self.strategy, self.task
-        n = strategy.num_replicas_in_sync
+        task, n = self.task, self.strategy.num_replicas_in_sync
         if self.options.eval_batch_size <= 0 or self.options.eval_batch_size % n:
             raise BertError(f"--eval_batch_size: {self.options.eval_batch_size} is not "
                             f"divisible by the {n} replicas")
         if self._eval_step_fn is None:
-            def replica_eval(batch):
-                ctx = tf.distribute.get_replica_context()
-                norms = task.normalizers(batch)
-                if ctx.num_replicas_in_sync > 1 and norms:
-                    norms = ctx.all_reduce(tf.distribute.ReduceOp.SUM, norms)
-                outputs = self.model({k: batch[k] for k in task.model_inputs}, training=False)
-                return task.loss(batch, outputs, norms)[1]
-
-            @tf.function
-            def eval_step(batch):
-                stats = strategy.run(replica_eval, args=(batch,))
-                return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, stats[k], axis=None)
-                        for k in task.stat_keys}
-
-            self._eval_step_fn = eval_step
-        totals = {k: 0.0 for k in task.stat_keys}
-        steps = 0
-        try:
-            for batch in self.distribute(dataset_fn, training=False):
-                if steps >= max_steps:
-                    break
-                for k, v in self._eval_step_fn(batch).items():
-                    totals[k] += float(v)
-                steps += 1
-        except tf.errors.OpError as e:
-            raise _data_error(e) from None
-        if steps == 0:
-            raise BertError(empty_error)
-        results = task.summarize(totals, steps)
+            self._eval_step_fn = evaluation.eval_step_fn(self.strategy, self.model, task)
+        results = evaluation.run_eval(
+            self._eval_step_fn, lambda: self.distribute(dataset_fn, training=False), task,
+            max_steps, empty_error)
         results["global_step"] = self.step
         if self.is_chief:
             self.write_results(results)
