@@ -152,6 +152,11 @@ def test_safetensors_without_config_json_reads_with_bert_config_file(src, tmp_pa
             handoff.resolve(path, {"bert_config_file": None}, set())
         assert str(e.value) == (f"--init_checkpoint={path}: no config.json in {alone}: pass "
                                 f"--bert_config_file (and --vocab_file for text input)")
+        # a bad --bert_config_file is that file's error, not the checkpoint's
+        missing = str(tmp_path / "no_such_config.json")
+        with pytest.raises(BertError) as e:
+            handoff.resolve(path, {"bert_config_file": missing}, {"bert_config_file"})
+        assert "--init_checkpoint" not in str(e.value) and missing in str(e.value)
 
 
 def test_detect_never_raises(tmp_path):

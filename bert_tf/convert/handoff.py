@@ -25,11 +25,12 @@ def _read_source(init_checkpoint, bert_config_file):
     where = f"--init_checkpoint={init_checkpoint}"
     try:
         src = formats.read_source(init_checkpoint)
-        if src.bert_config is not None or bert_config_file:
-            own = src.bert_config is not None
-            return formats.finish(src, None if own else bert_config_file, flags=True), own
-    except BertError as e:  # one line that names the flag
-        raise BertError(f"{where}: {str(e).split(': ', 1)[-1]}") from None
+    except BertError as e:  # one line that names the flag instead of the bare path
+        raise BertError(f"{where}: {str(e).removeprefix(f'{init_checkpoint}: ')}") from None
+    if src.bert_config is not None or bert_config_file:
+        own = src.bert_config is not None
+        # a bad --bert_config_file is that flag's error, not the checkpoint's
+        return formats.finish(src, None if own else bert_config_file, flags=True), own
     # a source without a config (e.g. a bare training checkpoint) and no flag giving one
     raise BertError(f"{where}: {src.config_hint}: pass --bert_config_file (and --vocab_file "
                     f"for text input)")
