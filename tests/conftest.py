@@ -115,6 +115,23 @@ def pretraining_records(tmp_path):
     return str(tmp_path / "shard-*.tfrecord"), feats
 
 
+def task_models(vocab_size, seed):
+    """One tiny model per export task ("embeddings" shares the classifier), seeded."""
+    import keras
+    from bert_tf.modeling import encoder as be
+    from bert_tf.modeling import models as bm
+    cfg = tiny_bert_config(vocab_size=vocab_size)
+    keras.utils.set_random_seed(seed)
+    enc = lambda: be.BertEncoder.from_bert_config(cfg)  # noqa: E731
+    models = {"fill_mask": bm.build_model(bm.BertPretrainer(enc())),
+              "classification": bm.build_model(bm.BertClassifier(enc(), 3)),
+              "regression": bm.build_model(bm.BertClassifier(enc(), 1)),
+              "span": bm.build_model(bm.BertSpanLabeler(enc())),
+              "tagging": bm.build_model(bm.BertTokenClassifier(enc(), 4))}
+    models["embeddings"] = models["classification"]
+    return models
+
+
 def tiny_bert_config(dropout=0.0, vocab_size=64, **overrides):
     """A 2-layer, hidden-32 BertConfig for fast CPU tests."""
     from bert_tf.modeling.config import BertConfig

@@ -24,7 +24,7 @@ from bert_tf.export import serving_ops
 from bert_tf.modeling import encoder as be
 from bert_tf.modeling import models as bm
 from bert_tf.export import common, serving
-from conftest import original_pack, tiny_bert_config
+from conftest import original_pack, task_models, tiny_bert_config
 
 SEQ = 16
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "?", "!", "'", "-",
@@ -188,15 +188,7 @@ class Exports:
         with open(self.vocab, "w", encoding="utf-8") as f:
             f.write("\n".join(VOCAB) + "\n")
         self.tok = tokenization.FullTokenizer(self.vocab, do_lower_case=True)
-        cfg = tiny_bert_config(vocab_size=len(VOCAB))
-        keras.utils.set_random_seed(11)
-        enc = lambda: be.BertEncoder.from_bert_config(cfg)
-        self.models = {"fill_mask": bm.build_model(bm.BertPretrainer(enc())),
-                       "classification": bm.build_model(bm.BertClassifier(enc(), 3)),
-                       "regression": bm.build_model(bm.BertClassifier(enc(), 1)),
-                       "span": bm.build_model(bm.BertSpanLabeler(enc())),
-                       "tagging": bm.build_model(bm.BertTokenClassifier(enc(), 4))}
-        self.models["embeddings"] = self.models["classification"]
+        self.models = task_models(len(VOCAB), seed=11)
         self.publish_log = []
 
     def __getitem__(self, name):

@@ -270,7 +270,8 @@ def test_an_input_that_shrinks_between_the_passes_is_a_one_line_error(data, tmp_
                                         rf"{records} records, pass 1 read {records + 5} or more: "
                                         r"it changed since pass 1 read it"):
         packing_io.write_packs(task, cfg, lambda message: None)
-    cfg = packing_io.PackConfig(SEQ, N, PREDS + N, input_sizes={path: os.path.getsize(path) + 1})
+    stamp = packing_io.file_stamp(path)
+    cfg = packing_io.PackConfig(SEQ, N, PREDS + N, input_stamps={path: [stamp[0] + 1, stamp[1]]})
     with pytest.raises(BertError, match=r"now \d+ bytes, \d+ in pass 1: it changed"):
         packing_io.write_packs(task, cfg, lambda message: None)
     assert not list(tmp_path.iterdir())
@@ -298,4 +299,73 @@ def test_resume_refuses_inputs_rewritten_to_the_same_size(data, tmp_path):
     assert target.stat().st_size == os.path.getsize(data["inputs"][0])
     with pytest.raises(BertError, match=r"^--resume: .*p\.tfrecord\.stats\.json was made with "
                                         r"other flags or inputs \(or an input's content changed"):
+        _pack(inputs, out, output_shards=2, resume=True)
+
+
+def _copy_inputs(data, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for path in data["inputs"]:
+        (src / os.path.basename(path)).write_bytes(open(path, "rb").read())
+    return dict(data, glob=str(src / "u.tfrecord-*")), src / os.path.basename(data["inputs"][0])
+
+
+def _reverse_records(target, keep_mtime):
+    from bert_tf.pretraining_data import sequence_packing_io as packing_io
+    st = target.stat()
+    records = list(packing_io.iter_records(str(target)))
+    f = writer.RecordFile(str(target))
+    for record in reversed(records):
+        f.write(record)
+    f.commit()
+    assert target.stat().st_size == st.st_size
+    if keep_mtime:  # a rewrite within the mtime's granularity: only the content tells
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("keep_mtime", [False, True])
+def test_an_input_rewritten_to_the_same_size_between_the_passes_is_an_error(
+        data, tmp_path, monkeypatch, keep_mtime):
+    """Issue 39 review: pass 2 checked only sizes and record counts, so the same records in
+    another order (same size) were packed as if pass 1 had read them."""
+    from bert_tf.pretraining_data import sequence_packing_run as run_lib
+    inputs, target = _copy_inputs(data, tmp_path)
+    plan = run_lib.plan_tasks
+
+    def between_the_passes(*args, **kw):
+        _reverse_records(target, keep_mtime)
+        return plan(*args, **kw)
+
+    monkeypatch.setattr(run_lib, "plan_tasks", between_the_passes)
+    out = tmp_path / "out" / "p.tfrecord"
+    what = r"its content \(sha256\)" if keep_mtime else r"modified \(mtime\) since pass 1: it"
+    with pytest.raises(BertError, match=rf"^--input_file {re.escape(str(target))}: {what} "
+                                        r"changed since pass 1 read it"):
+        _pack(inputs, out, output_shards=2)
+    assert not (tmp_path / "out").exists() or not [
+        p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+
+
+def test_resume_hashes_only_inputs_whose_stamp_changed(data, tmp_path, monkeypatch):
+    """--resume hashed every input again (serially, no bar); now an input whose (size,
+    mtime_ns) in the journal proves it unchanged keeps its sha256, the others are hashed."""
+    from bert_tf.pretraining_data import sequence_packing_io as packing_io
+    inputs, target = _copy_inputs(data, tmp_path)
+    old = time.time_ns() - 10 ** 10  # written 10 s before pass 1: the stamp proves content
+    for p in target.parent.iterdir():
+        os.utime(p, ns=(old, old))
+    out = tmp_path / "out" / "p.tfrecord"
+    first = _pack(inputs, out, output_shards=2)
+    assert first["lengths"]["stamp_proves"] == [True, True]
+    hashed = []
+    digest = packing_io.file_digest
+    monkeypatch.setattr(packing_io, "file_digest",
+                        lambda path, *a: hashed.append(path) or digest(path, *a))
+    again = _pack(inputs, out, output_shards=2, resume=True)
+    assert again["resumed_shards"] == 2 and hashed == []
+    os.utime(target, ns=(old + 10 ** 9, old + 10 ** 9))  # touched, not changed: hashed, resumes
+    again = _pack(inputs, out, output_shards=2, resume=True)
+    assert again["resumed_shards"] == 2 and hashed == [str(target)]
+    _reverse_records(target, keep_mtime=False)
+    with pytest.raises(BertError, match=r"^--resume: .*was made with other flags or inputs"):
         _pack(inputs, out, output_shards=2, resume=True)

@@ -418,7 +418,7 @@ def test_figures_say_what_they_cover(tmp_path, caplog):
     # Without the journal: the sampled records' figures, said to be a sample.
     for p in (tmp_path / "packed" / ".bert_tf").iterdir():
         p.unlink()
-    preflight._LOGGED.clear()
+    preflight.new_run()
     with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
         info = check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32)
     assert info["source"] == "sample" and "rows" not in info
@@ -490,3 +490,116 @@ def test_unreadable_file_says_what_to_do(tmp_path):
     assert check_file(str(gone), SEQ, PRED) == (
         f"--input_file {gone}: cannot read it (No such file or directory): check that it exists "
         "and is readable by this user, or remove it from --input_file", 0)
+
+
+# ---- review of issues 39/40: remote files, the journal, P, one line, one line per run ------
+
+def _ram(name, data):
+    """`data` written to TF's in-memory file system (a remote scheme: read through TF)."""
+    path = f"ram://preflight-{name}"
+    tf.io.gfile.makedirs(path.rsplit("/", 1)[0])
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def test_remote_files_good_corrupt_and_missing_are_one_line(tmp_path):
+    """The remote reader raised IndexError on an OpError with an empty message (a missing
+    ram:// file), instead of the one-line error."""
+    path, _ = _good(tmp_path, n=3)
+    data = path.read_bytes()
+    rec = 16 + int.from_bytes(data[:8], "little")
+    bad = bytearray(data)
+    bad[rec + 20] ^= 0xFF  # a payload byte of record 1
+    good, crc = _ram(f"{tmp_path.name}/good.tfrecord", data), _ram(f"{tmp_path.name}/crc.tfrecord",
+                                                                   bytes(bad))
+    assert check_file(good, SEQ, PRED) == (None, 3)
+    assert _check([good])["records"] == 3
+    assert _error([crc]) == (f"--input_file {crc}: corrupt record 1 at byte {rec} (checksum "
+                             f"mismatch): the file is damaged: copy it again or {REGEN}")
+    missing = f"ram://preflight-{tmp_path.name}/missing.tfrecord"
+    assert _error([missing]) == (
+        f"--input_file {missing}: cannot read it (NotFoundError): check that it exists and is "
+        "readable by this user, or remove it from --input_file")
+
+
+def test_remote_packed_records_take_their_figures_from_the_journal(tmp_path):
+    """os.path.normpath made ram://d/x (and gs://b/x) ram:/d/x, so the journal was never found."""
+    shards, journal = _packed_shards(tmp_path)
+    folder = f"ram://preflight-{tmp_path.name}/packed"
+    remote = [_ram(f"{tmp_path.name}/packed/{p.rsplit('/', 1)[1]}", open(p, "rb").read())
+              for p in shards]
+    for p in (tmp_path / "packed" / ".bert_tf").glob("*.stats.json"):
+        _ram(f"{tmp_path.name}/packed/.bert_tf/{p.name}", p.read_bytes())
+    info = check_pretraining_files(remote, 64, 5, VOCAB, 2)
+    assert (info["source"], info["rows"], info["sequences"]) == (
+        "journal", journal["totals"]["packs_out"], journal["totals"]["sequences_in"])
+    assert info["journals"] == [f"{folder}/.bert_tf/p.tfrecord.stats.json"]
+
+
+def test_packed_records_with_fewer_predictions_than_the_flag_say_what_to_do(tmp_path):
+    """'any P >= --max_predictions_per_seq' was documented, not enforced: P=8 trained with
+    --max_predictions_per_seq=20 silently."""
+    shards, journal = _packed_shards(tmp_path)
+    p = journal["num_predictions"]
+    assert p >= 8 and check_pretraining_files(shards, 64, p, VOCAB, 2)["packed"]  # P == flag
+    with pytest.raises(BertError) as e:
+        check_pretraining_files(shards, 64, 20, VOCAB, 2)
+    assert str(e.value) == (
+        f"--input_file {shards[0]}: record 0: packed records hold {p} masked-LM predictions per "
+        "row, fewer than --max_predictions_per_seq=20: pass the --max_predictions_per_seq the "
+        f"unpacked records were made with (at most {p}; at most {p - 3} if "
+        "bert-pack-pretraining-data packed them: its P is at least that + N), or re-pack the "
+        "data with bert-pack-pretraining-data from records made with "
+        "--max_predictions_per_seq=20 (the same in 1 more file(s))")
+
+
+def _command(tmp_path, *flags):
+    import os
+    import subprocess
+    import sys
+    from conftest import tiny_bert_config
+    tiny_bert_config(vocab_size=VOCAB).to_json_file(str(tmp_path / "bert_config.json"))
+    driver = ("import sys; sys.argv[0] = 'bert-run-pretraining'; "
+              "from bert_tf.commands.run_pretraining import main; main()")
+    return subprocess.run(
+        [sys.executable, "-c", driver, f"--bert_config_file={tmp_path / 'bert_config.json'}",
+         f"--input_file={tmp_path / 'packed' / 'p.tfrecord-*'}",
+         f"--output_dir={tmp_path / 'out'}", "--do_train", *flags],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+
+
+def test_dynamic_masking_on_packed_records_is_one_line(tmp_path):
+    """The pre-flight's INFO line was logged before the --dynamic_masking error: 2 lines."""
+    from bert_tf.training.preflight_run import DYNAMIC_MASKING_ON_PACKED
+    _packed_shards(tmp_path)
+    res = _command(tmp_path, "--max_seq_length=64", "--max_predictions_per_seq=5",
+                   "--dynamic_masking")
+    assert res.returncode == 1
+    assert res.stderr.splitlines() == [f"error: {DYNAMIC_MASKING_ON_PACKED}"]
+
+
+def test_the_line_is_logged_once_per_run_not_once_per_process(tmp_path, caplog):
+    """_LOGGED was process-wide: a notebook's second run never logged its line again. Now the
+    command's pre-flight logs it once per run, and run_pretraining (new_run) neither repeats
+    the pre-flight's line nor loses its own."""
+    from bert_tf.training import preflight
+    from bert_tf.training.options import PretrainingOptions
+    from bert_tf.training.preflight_run import check_run
+    shards, _ = _packed_shards(tmp_path)
+    o = PretrainingOptions(input_file=",".join(shards), output_dir=str(tmp_path / "out"),
+                           max_seq_length=64, max_predictions_per_seq=5, do_train=True)
+
+    def lines(step):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+            step()
+        return len([m for m in caplog.messages if m.startswith("pre-flight:")])
+
+    pipeline = lambda: check_pretraining_files(shards, 64, 5)  # noqa: E731 (an input pipeline)
+    for _ in range(2):  # the command's main() twice in one process
+        assert lines(lambda: check_run(o)) == 1
+        assert lines(preflight.new_run) + lines(pipeline) + lines(pipeline) == 0
+    for _ in range(2):  # run_pretraining twice, without the command
+        assert lines(preflight.new_run) + lines(pipeline) + lines(pipeline) == 1

@@ -11,16 +11,13 @@ import numpy as np
 import pytest
 
 import bert_tf  # noqa: F401
-import keras
 import tensorflow as tf
 
 from bert_tf import tokenization
 from bert_tf.export import common
 from bert_tf.export.encoder import EncoderModule
 from bert_tf.export.end_to_end import EndToEndModule, IdsModule
-from bert_tf.modeling import encoder as be
-from bert_tf.modeling import models as bm
-from conftest import original_pack, tiny_bert_config
+from conftest import original_pack, task_models
 
 SEQ = 32
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "?", "the", "quick", "brown", "fox",
@@ -62,15 +59,7 @@ class Env:
         self.vocab = str(base / "vocab.txt")
         (base / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
         self.tok = tokenization.FullTokenizer(self.vocab, do_lower_case=True)
-        cfg = tiny_bert_config(vocab_size=len(VOCAB))
-        keras.utils.set_random_seed(7)
-        enc = lambda: be.BertEncoder.from_bert_config(cfg)
-        self.models = {"fill_mask": bm.build_model(bm.BertPretrainer(enc())),
-                       "classification": bm.build_model(bm.BertClassifier(enc(), 3)),
-                       "regression": bm.build_model(bm.BertClassifier(enc(), 1)),
-                       "span": bm.build_model(bm.BertSpanLabeler(enc())),
-                       "tagging": bm.build_model(bm.BertTokenClassifier(enc(), 4))}
-        self.models["embeddings"] = self.models["classification"]
+        self.models = task_models(len(VOCAB), seed=7)
         # Heads away from their initialisers, so task outputs are not near-constant.
         rng = np.random.default_rng(0)
         for m in self.models.values():

@@ -9,13 +9,16 @@ paths: TFRecord framing here, tf.train.Example through protobuf with a descripto
 """
 import dataclasses
 import hashlib
+import os
 import struct
+import time
 
 import numpy as np
 
 from bert_tf import BertError
 from bert_tf.pretraining_data import sequence_packing as packing
-from bert_tf.pretraining_data.documents import file_size, open_binary
+from bert_tf.fileio import is_local
+from bert_tf.pretraining_data.documents import open_binary
 from bert_tf.pretraining_data.guard import signals_held
 from bert_tf.pretraining_data.writer import RecordFile, frame, masked_crc
 
@@ -174,14 +177,44 @@ def read_sequence(data, max_seq_length):
     return packing.to_sequence(features, max_seq_length), len(features["input_ids"])
 
 
-def file_digest(path):
+def file_digest(path, on_bytes=None):
     """sha256 of a file's bytes (hex): what the resume fingerprint holds of each input, so an
-    input rewritten to the same size is not taken for the one read before."""
+    input rewritten to the same size is not taken for the one read before.
+
+    Args:
+        path: the file.
+        on_bytes: called with the number of bytes of each block read (a progress bar).
+    """
     digest = hashlib.sha256()
     with open_binary(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
+            if on_bytes is not None:
+                on_bytes(len(block))
     return digest.hexdigest()
+
+
+RACY_NS = 2_000_000_000  # coarser than any file system's mtime (FAT: 2 s)
+
+
+def file_stamp(path):
+    """[size, mtime_ns] of a file (mtime 0 where the file system has none)."""
+    if is_local(path):
+        st = os.stat(path)
+        return [st.st_size, st.st_mtime_ns]
+    import tensorflow as tf
+    st = tf.io.gfile.stat(path)
+    return [st.length, int(getattr(st, "mtime_nsec", 0) or 0)]
+
+
+def stamp_proves(stamp, read_start_ns, path):
+    """Whether an unchanged `stamp` proves unchanged content: a rewrite after a read that
+    started at `read_start_ns` gets a later mtime, unless the file was last written within the
+    mtime's granularity before that read (then only its sha256 tells; as git's "racy" files).
+    Remote stores stamp each write (ms) and a read takes longer, so theirs prove it."""
+    if not stamp[1]:
+        return False
+    return not is_local(path) or stamp[1] <= read_start_ns - RACY_NS
 
 
 CHANGED = ("changed since pass 1 read it: leave the inputs alone while packing, then run "
@@ -202,7 +235,7 @@ class PackConfig:
     max_sequences_per_pack: int
     num_predictions: int = 0  # P (pass 2)
     random_seed: int = 12345
-    input_sizes: dict = None  # path -> size in bytes at pass 1 (pass 2 checks it)
+    input_stamps: dict = None  # path -> [size, mtime_ns] at pass 1 (pass 2 checks them)
 
 
 @dataclasses.dataclass
@@ -236,6 +269,7 @@ def length_job(cfg):
         most = np.zeros(s + 1, np.int64)  # most predictions seen per length
         count = padded = unreported = 0
         digest = hashlib.sha256()
+        start_ns, stamp = time.time_ns(), file_stamp(task.path)  # before reading
         try:
             for index, data in enumerate(iter_records(task.path, digest=digest)):
                 try:
@@ -255,19 +289,29 @@ def length_job(cfg):
             raise _where(task.path, None, e) from None
         report(("progress", task.index, 0, unreported, 0))
         report(("done", task.index, {"records": count, "padded_tokens": padded,
-                                     "sha256": digest.hexdigest(), "size": file_size(task.path),
+                                     "sha256": digest.hexdigest(), "size": stamp[0],
+                                     "stamp": stamp,
+                                     "stamp_proves": stamp_proves(stamp, start_ns, task.path),
                                      "histogram": histogram.tolist(),
                                      "max_predictions": most.tolist()}, done()))
     return job
 
 
-def _sequences(pieces, max_seq_length, sizes=None):
+def _check_stamp(path, stamps):
+    if not stamps or path not in stamps:
+        return
+    (size, mtime), (was_size, was_mtime) = file_stamp(path), stamps[path]
+    if size != was_size:
+        raise _where(path, None, f"now {size} bytes, {was_size} in pass 1: it {CHANGED}")
+    if mtime != was_mtime:
+        raise _where(path, None, f"modified (mtime) since pass 1: it {CHANGED}")
+
+
+def _sequences(pieces, max_seq_length, stamps=None):
     for path, skip, take in pieces:
         if not take:
             continue
-        if sizes and path in sizes and file_size(path) != sizes[path]:
-            raise _where(path, None, f"now {file_size(path)} bytes, {sizes[path]} in pass 1: it "
-                         f"{CHANGED}")
+        _check_stamp(path, stamps)
         i = -1
         try:
             for i, data in enumerate(iter_records(path, skip)):
@@ -301,7 +345,7 @@ def write_packs(task, cfg, report, done=None):
     stats = {"sequences": 0, "packs": 0, "tokens": 0, "predictions": 0,
              "most_predictions_in_a_pack": 0}
     try:
-        source = _sequences(task.pieces, s, cfg.input_sizes)
+        source = _sequences(task.pieces, s, cfg.input_stamps)
         for w, size in enumerate(task.windows):
             window = [next(source) for _ in range(size)]
             packs = packing.pack_sequences(window, s, n,
@@ -323,6 +367,8 @@ def write_packs(task, cfg, report, done=None):
                         sum(len(pack) for pack in block), 0))
             stats["sequences"] += size
             stats["packs"] += len(packs)
+        for path, _, _ in task.pieces:  # not rewritten while this shard read it
+            _check_stamp(path, cfg.input_stamps)
         with signals_held():
             f.commit()
             if done is not None:

@@ -93,6 +93,8 @@ def _lengths(opts, input_files, progress):
     per_file = [found[i] for i in range(len(input_files))]
     return {"records_per_file": [f["records"] for f in per_file],
             "sha256": [f["sha256"] for f in per_file], "sizes": [f["size"] for f in per_file],
+            "stamps": [f["stamp"] for f in per_file],
+            "stamp_proves": [f["stamp_proves"] for f in per_file],
             "padded_tokens": sum(f["padded_tokens"] for f in per_file),
             "histogram": np.sum([f["histogram"] for f in per_file], axis=0).tolist(),
             "max_predictions": np.max([f["max_predictions"] for f in per_file], axis=0).tolist()}
@@ -123,6 +125,56 @@ def plan_tasks(records_per_file, input_files, paths, window_size):
         tasks.append(io_lib.PackTask(index, pieces, windows, first_window, path))
         first_window += count
     return tasks
+
+
+def _digests(input_files, lengths, progress_enabled, only=None):
+    """sha256 of each input; one whose [size, mtime_ns] proves it unchanged since `lengths`
+    (pass 1's, from the journal) keeps pass 1's without being read again.
+
+    Args:
+        input_files: the input paths.
+        lengths: pass 1's record (sha256, stamps, stamp_proves), or {}.
+        progress_enabled: the --progress setting (a bar over the bytes hashed).
+        only: indices to consider (default all); the others get None.
+    Returns:
+        {"sha256", "stamps", "stamp_proves"}: lists, as pass 1's (the stamps of now).
+    """
+    n = len(input_files)
+    known = lengths.get("sha256") or [None] * n
+    stamps = list(lengths.get("stamps") or [None] * n)
+    proves = list(lengths.get("stamp_proves") or [False] * n)
+    out, todo = [None] * n, []
+    for i, path in enumerate(input_files):
+        if only is not None and i not in only:
+            continue
+        now = io_lib.file_stamp(path)
+        if proves[i] and known[i] and stamps[i] == now:
+            out[i] = known[i]
+        else:
+            todo.append(i)
+    if todo:
+        progress = _bar(sum(file_size(input_files[i]) for i in todo), progress_enabled,
+                        "hashing inputs", "B")
+        try:
+            for i in todo:
+                start_ns, stamps[i] = time.time_ns(), io_lib.file_stamp(input_files[i])
+                out[i] = io_lib.file_digest(input_files[i],
+                                            lambda b: progress.update(0, 0, b))
+                proves[i] = io_lib.stamp_proves(stamps[i], start_ns, input_files[i])
+        finally:
+            progress.close()
+    return {"sha256": out, "stamps": stamps, "stamp_proves": proves}
+
+
+def _check_unchanged(input_files, lengths, progress_enabled):
+    """After pass 2: inputs whose stamp does not prove them unchanged (written just before pass
+    1 read them) are hashed again; other content is a one-line error."""
+    racy = {i for i, ok in enumerate(lengths.get("stamp_proves") or []) if not ok}
+    now = _digests(input_files, {}, progress_enabled, only=racy)["sha256"]
+    for i in sorted(racy):
+        if now[i] != lengths["sha256"][i]:
+            raise BertError(f"--input_file {input_files[i]}: its content (sha256) "
+                            f"{io_lib.CHANGED}")
 
 
 def _bar(total, enabled, desc, unit):
@@ -167,12 +219,15 @@ def _run(opts, input_files, paths, stats_path, start, stop):
         except ValueError:
             raise BertError(f"--resume: {stats_path} is not valid JSON; delete it to start "
                             "over") from None
-        digests = [io_lib.file_digest(p) for p in input_files]  # content, before trusting it
-        fingerprint = _fingerprint(opts, input_files, len(paths), digests)
+        # Content before trusting it; an input whose stamp proves it unchanged is not re-read.
+        now = _digests(input_files, previous.get("lengths") or {}, opts.progress)
+        fingerprint = _fingerprint(opts, input_files, len(paths), now["sha256"])
         if previous.get("config") != fingerprint:
             raise BertError(f"--resume: {stats_path} was made with other flags or inputs (or "
                             "an input's content changed since); use the same ones, or drop "
                             "--resume to start over")
+        if previous.get("lengths"):  # the same content: pass 2 checks today's stamps
+            previous["lengths"].update(stamps=now["stamps"], stamp_proves=now["stamp_proves"])
     lengths = previous.get("lengths")
     if lengths is None:
         progress = _bar(None, opts.progress, "reading lengths", "rec")
@@ -192,7 +247,9 @@ def _run(opts, input_files, paths, stats_path, start, stop):
                                          opts.max_seq_length, opts.max_sequences_per_pack)
     p = max(default_p, needed_p)
     cfg = io_lib.PackConfig(opts.max_seq_length, opts.max_sequences_per_pack, p,
-                            opts.random_seed, dict(zip(input_files, lengths["sizes"])))
+                            opts.random_seed,
+                            dict(zip(input_files, lengths["stamps"])) if "stamps" in lengths
+                            else None)
     tasks = plan_tasks(lengths["records_per_file"], input_files, paths, opts.window_size)
     done = {int(k): v for k, v in previous.get("shards", {}).items()
             if writer_lib.exists(paths[int(k)])}
@@ -234,6 +291,7 @@ def _run(opts, input_files, paths, stats_path, start, stop):
     try:
         workers_lib.run_tasks(todo, cfg, opts.num_workers, on_message, make_job=io_lib.pack_job)
         progress.close()
+        _check_unchanged(input_files, lengths, opts.progress)
     except BaseException as e:
         progress.close()
         for t in todo:

@@ -42,7 +42,7 @@ def _values(feature):
 
 
 def describe_record(example, max_seq_length, vocab_size=None, type_vocab_size=None,
-                    shape=None):
+                    shape=None, max_predictions_per_seq=None):
     """The first problem of one packed tf.train.Example as a phrase + fix, or None.
 
     Args:
@@ -51,6 +51,7 @@ def describe_record(example, max_seq_length, vocab_size=None, type_vocab_size=No
         vocab_size: ids must be below it; None skips the check.
         type_vocab_size: segment ids must be below it; None skips the check.
         shape: (S, P, N) every record must have (the first record's); None: this record's.
+        max_predictions_per_seq: the flag; P must be at least it (None skips the check).
     """
     fmap = example.features.feature
     missing = [k for k in FEATURES if k not in fmap]
@@ -75,6 +76,14 @@ def describe_record(example, max_seq_length, vocab_size=None, type_vocab_size=No
                         f"have {want}: {REPACK}")
     if n < 1 or p < 1:
         return f"packed records have {p} predictions and {n} sequences per pack: {REPACK}"
+    if max_predictions_per_seq is not None and p < max_predictions_per_seq:
+        # Fewer slots than the flag: the data was packed from records made with a smaller one.
+        return (f"packed records hold {p} masked-LM predictions per row, fewer than "
+                f"--max_predictions_per_seq={max_predictions_per_seq}: pass the "
+                f"--max_predictions_per_seq the unpacked records were made with (at most {p}; "
+                f"at most {max(p - n, 1)} if bert-pack-pretraining-data packed them: its P is "
+                f"at least that + N), or {REPACK} from records made with "
+                f"--max_predictions_per_seq={max_predictions_per_seq}")
     for name in ("input_ids", "masked_lm_ids"):
         lo, hi = min(vals[name]), max(vals[name])
         if lo < 0 or (vocab_size is not None and hi >= vocab_size):

@@ -24,7 +24,8 @@ import time
 from bert_tf import BertError
 from bert_tf.fileio import describe_files, is_local
 from bert_tf.training import packed_records
-from bert_tf.training.preflight_run import packer_journal, summary_line
+from bert_tf.training.preflight_run import (DYNAMIC_MASKING_ON_PACKED, packer_journal,
+                                            summary_line)
 from bert_tf.training.tfrecord_reader import (  # noqa: F401 (the last two: API)
     REGENERATE, DataLoss, describe_framing_error, file_size, parse_example, records,
     ends_with_whole_record, masked_crc32c)
@@ -84,7 +85,8 @@ def describe_record(example, max_seq_length, max_predictions_per_seq, vocab_size
     keys = set(fmap)
     if packed_records.is_packed(keys):  # bert-pack-pretraining-data's records
         return packed_records.describe_record(example, max_seq_length, vocab_size,
-                                              type_vocab_size)
+                                              type_vocab_size,
+                                              max_predictions_per_seq=max_predictions_per_seq)
     missing = [k for k in PRETRAINING_FEATURES if k not in keys]
     if missing:
         if keys & FINETUNING_KEYS:
@@ -208,7 +210,8 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
 
 def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, vocab_size=None,
                             type_vocab_size=None, flag="--input_file", records_per_file=4,
-                            max_files=1000, batch_size=None):
+                            max_files=1000, batch_size=None, dynamic_masking=False,
+                            log_line=True):
     """Check pre-training TFRecord files against the flags before any step.
 
     Args:
@@ -220,13 +223,16 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
       max_files: above this many files, an evenly spaced sample of this many is checked.
       batch_size: --train_batch_size; for packed records the line says how many sequences a
         step holds on average.
+      dynamic_masking: the run trains with --dynamic_masking: packed records are then an
+        error, raised before the line is logged (one problem, one line).
+      log_line: log the line (once per run for the same files, see `new_run`).
 
     Returns:
       dict with `files` (checked), `records` (checked), `empty_files`, `seconds`, `packed`
       (the kind found), `shape` ((S, P, N) of the records; N = 0 for ordinary ones),
       `padding` (the share of padding tokens), `sequences_per_row` and `source` (what these
       two cover: "journal" = the whole data, from the packer's journal, or "sample" = the
-      checked records). Logged in one line, once per process for the same files.
+      checked records). Logged in one line, once per run (`new_run`) for the same files.
 
     Raises:
       BertError: the first problem, one line; it counts the files with the same problem, and
@@ -264,6 +270,8 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
         raise BertError(f"{flag}: {some} {len(files)} file(s) are empty (no records): "
                         f"{describe_files(chosen)}: {REGENERATE}")
     first = kinds[0][1]
+    if first["packed"] and dynamic_masking:
+        raise BertError(DYNAMIC_MASKING_ON_PACKED)
     tokens = sum(i["tokens"] for _, i in kinds)
     out = {"files": len(chosen), "records": records,
            "empty_files": sum(1 for _, n in results if n == 0), "packed": first["packed"],
@@ -274,14 +282,35 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
     if journal:
         out.update(journal, source="journal")
     key = (tuple(chosen), first["shape"])
-    if key not in _LOGGED:  # every input pipeline (and the command, first) checks the files
+    if log_line and key not in _LOGGED:  # every input pipeline checks the files
         _LOGGED.add(key)
         log.info("%s", summary_line(out, records_per_file, batch_size))
     out["seconds"] = time.perf_counter() - start
     return out
 
 
-_LOGGED = set()  # (files, shape) whose summary line this process has logged
+_LOGGED = set()  # (files, shape) whose summary line this run has logged
+_HANDED = set()  # lines the command's pre-flight logged for the run that follows it
+
+
+def new_run(handed_over=True):
+    """Start a run: its lines are logged again, so a notebook's second run gets its line; the
+    input pipelines of one run share one.
+
+    Args:
+        handed_over: keep what the command's pre-flight logged for this run (`hand_over`);
+            False (the pre-flight itself): forget it too.
+    """
+    _LOGGED.clear()
+    if handed_over:
+        _LOGGED.update(_HANDED)
+    _HANDED.clear()
+
+
+def hand_over():
+    """The lines logged so far belong to the run that starts next (`new_run`): the command's
+    pre-flight, then run_pretraining, log one line between them."""
+    _HANDED.update(_LOGGED)
 
 
 def _one_line(problems, flag):

@@ -9,8 +9,8 @@ shard of one, else the records sampled.
 """
 import json
 import os
+import posixpath
 
-from bert_tf import BertError
 from bert_tf.fileio import is_local
 
 # The records carry their masks; packed training keeps them (issue 40: say what to do instead).
@@ -33,6 +33,15 @@ def _listdir(folder):
         return os.listdir(folder)
     import tensorflow as tf
     return tf.io.gfile.listdir(folder)
+
+
+def _path_lib(path):
+    # gs://b/x must keep its "//" (os.path.normpath would make it gs:/b/x).
+    return os.path if is_local(path) else posixpath
+
+
+def _norm(path):
+    return os.path.normpath(path) if is_local(path) else path
 
 
 def _config_sizes(path):
@@ -59,8 +68,9 @@ def check_run(options):
         BertError: the first problem of the records, or --dynamic_masking on packed records.
     """
     from bert_tf.fileio import expand_globs
-    from bert_tf.training.preflight import check_pretraining_files
+    from bert_tf.training.preflight import check_pretraining_files, hand_over, new_run
     o = options
+    new_run(handed_over=False)  # a command's main() run again in one process logs again
     if not (o.do_train or o.do_eval) or not o.input_file or not o.output_dir or min(
             o.max_seq_length, o.max_predictions_per_seq, o.train_batch_size) <= 0:
         return None
@@ -70,9 +80,9 @@ def check_run(options):
         vocab_size, type_vocab_size = _config_sizes(o.bert_config_file)
     info = check_pretraining_files(files, o.max_seq_length, o.max_predictions_per_seq,
                                    vocab_size, type_vocab_size,
-                                   batch_size=o.train_batch_size if o.do_train else None)
-    if info["packed"] and o.dynamic_masking and o.do_train:
-        raise BertError(DYNAMIC_MASKING_ON_PACKED)
+                                   batch_size=o.train_batch_size if o.do_train else None,
+                                   dynamic_masking=o.dynamic_masking and o.do_train)
+    hand_over()  # the run_pretraining that follows does not log the same line again
     return info
 
 
@@ -88,29 +98,30 @@ def packer_journal(files, shape):
         {"rows", "sequences", "padding", "sequences_per_row", "journals"} or None.
     """
     rows = sequences = tokens = 0
-    journals, left = set(), {os.path.normpath(p) for p in files}
-    for folder in sorted({os.path.dirname(p) for p in left}):
-        meta = os.path.join(folder, ".bert_tf")
+    journals, left = set(), {_norm(p) for p in files}
+    for folder in sorted({_path_lib(p).dirname(p) for p in left}):
+        path_lib = _path_lib(folder)
+        meta = path_lib.join(folder, ".bert_tf")
         try:
             names = sorted(n for n in _listdir(meta) if n.endswith(".stats.json"))
         except Exception:  # noqa: BLE001 - no journal folder: the figures are sampled
             return None
         for name in names:
             try:
-                with _open(os.path.join(meta, name)) as f:
+                with _open(path_lib.join(meta, name)) as f:
                     j = json.loads(f.read())
                 if (j.get("mode"), j.get("complete")) != ("pack", True) or (
                         j["max_seq_length"], j["num_predictions"],
                         j["max_sequences_per_pack"]) != tuple(shape):
                     continue
                 for i, output in enumerate(j["outputs"]):
-                    path = os.path.join(folder, os.path.basename(output))
+                    path = path_lib.join(folder, posixpath.basename(output))
                     if path in left:  # the journal names where it wrote; the data may be moved
                         shard = j["shards"][str(i)]
                         rows, sequences = rows + shard["packs"], sequences + shard["sequences"]
                         tokens += shard["tokens"]
                         left.discard(path)
-                        journals.add(os.path.join(meta, name))
+                        journals.add(path_lib.join(meta, name))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
     if left or not rows:

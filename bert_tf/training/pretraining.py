@@ -15,7 +15,7 @@ from bert_tf import BertError
 from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.models import BertPretrainer, build_model
-from bert_tf.training import packed_records
+from bert_tf.training import packed_records, preflight
 from bert_tf.training.input_pipeline import list_files, pretraining_dataset
 from bert_tf.training.losses import sparse_softmax_cross_entropy
 from bert_tf.training.options import PretrainingOptions  # noqa: F401  (API)
@@ -262,6 +262,7 @@ def run_pretraining(options, strategy=None, init_source=None):
         {"train": [per-loop metrics], "eval": results or None, "export_dir": path or None}.
     """
     o = options
+    preflight.new_run()  # this run logs its pre-flight line (once), even in a notebook's rerun
     if not o.bert_config_file:
         raise BertError("--bert_config_file: required")
     if not o.output_dir:

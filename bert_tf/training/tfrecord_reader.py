@@ -53,13 +53,18 @@ def records(path):
             yield data
 
 
+def _first_line(error):
+    # An OpError's message can be empty (ram:// of a missing file): still one line.
+    return ((error.message or "").strip() or type(error).__name__).splitlines()[0]
+
+
 def _remote_records(path):
     tf = _tf()
     from tensorflow.python.lib.io._pywrap_record_io import RecordIterator  # no deprecation
     try:
         it = RecordIterator(path, "")
     except tf.errors.OpError as e:
-        raise OSError(e.message.splitlines()[0]) from None
+        raise OSError(_first_line(e)) from None
     try:
         while True:
             try:
@@ -69,7 +74,7 @@ def _remote_records(path):
             except tf.errors.DataLossError:
                 raise DataLoss from None
             except tf.errors.OpError as e:
-                raise OSError(e.message.splitlines()[0]) from None
+                raise OSError(_first_line(e)) from None
             yield raw
     finally:
         it.close()
