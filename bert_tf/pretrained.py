@@ -75,9 +75,9 @@ class BertTextModel(KerasConventions, keras.Model):
     lists or arrays (a tuple of two lists for pairs; labels as lists or arrays), and
     `export(path)` writes the text-in TF Serving SavedModel
     (`bert_tf.export.keras_export.export_model`). `fit`, `evaluate` and `predict` compute
-    each batch at its real length (`bert_tf.modeling.keras_data.call_on_real_length`:
-    per-position outputs come back at seq_length, 0 at padding) unless
-    `pad_to_max_seq_length` (attribute, or keyword of the three).
+    each batch at its real length as the inner model declares (`bert_tf.modeling.keras_data`:
+    per-position models are cut in `predict` only, their outputs back at seq_length, 0 at
+    padding) unless `pad_to_max_seq_length` (attribute, or keyword of the three).
 
     Args:
         preprocessor: a `BertPreprocessingLayer` (vocab, casing, seq_length).
@@ -95,6 +95,12 @@ class BertTextModel(KerasConventions, keras.Model):
         # Strings never go through XLA (Keras' jit_compile="auto" would try).
         self.supports_jit = preprocessor.supports_jit = False
 
+    def _cut_spec(self):
+        # The inner model's declaration; a bare encoder's sequence outputs are per position.
+        return (getattr(self.model, "cut_in_keras", True),
+                tuple(getattr(self.model, "position_outputs",
+                              ("sequence_output", "encoder_outputs"))))
+
     @property
     def encoder(self):
         """The BertEncoder inside."""
@@ -111,7 +117,8 @@ class BertTextModel(KerasConventions, keras.Model):
         texts = list(inputs) if isinstance(inputs, (list, tuple)) else inputs
         inputs = self.preprocessor(texts)
         if self._cut_now():  # fit / evaluate / predict (strings never go through XLA)
-            out = call_on_real_length(lambda x: self.model(x, training=training), inputs)
+            out = call_on_real_length(lambda x: self.model(x, training=training), inputs,
+                                      self._cut_spec()[1])
         else:
             out = self.model(inputs, training=training)
         if isinstance(self.model, (bm.BertClassifier, bm.BertTokenClassifier)):
@@ -161,7 +168,7 @@ def _task_model(task, cfg, num_classes, pooling=None, normalize=False):
 
 def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_length=None, *,
                     bert_config_file=None, vocab_file=None, do_lower_case=None, pooling=None,
-                    normalize=None, labels=None):
+                    normalize=None, labels=None, pad_to_max_seq_length=False):
     """A built Keras model holding the weights of any BERT checkpoint bert_tf reads.
 
     Args:
@@ -189,6 +196,8 @@ def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_len
         normalize: task="embeddings": L2-normalise (overrides the source's).
         labels: "classification" / "tagging": class or tag names in logit order (num_classes
             defaults to their count); kept in the model's config and served by every export.
+        pad_to_max_seq_length: True: `fit` / `evaluate` / `predict` keep every batch at full
+            length (default: each batch cut to its real length; `keras_data`).
 
     Returns:
         The model (the encoder or task model, or a `BertTextModel` with text_input).
@@ -212,13 +221,16 @@ def from_pretrained(path, task=None, num_classes=None, text_input=False, seq_len
     model = _task_model(task, src.bert_config, num_classes, pooling, normalize)
     if labels is not None:
         model.labels = labels
+    if isinstance(model, KerasConventions):  # the encoder alone has no fit / predict
+        model.pad_to_max_seq_length = bool(pad_to_max_seq_length)
     bm.build_model(model)
     # An embedder's only weights are its encoder's.
     target = model.encoder if isinstance(model, bm.BertEmbedder) else model
     src.load(target)
     if not text_input:
         return model
-    return text_model(model, src, seq_length or src.max_seq_length or 128)
+    return text_model(model, src, seq_length or src.max_seq_length or 128,
+                      pad_to_max_seq_length)
 
 
 def text_model(model, source, seq_length=128, pad_to_max_seq_length=False):

@@ -23,7 +23,8 @@ class _Task(finetune.FinetuneTask):
         super().__init__(cfg, loss)
 
     def build_model(self):
-        bert = tiny_bert_config(num_hidden_layers=1)
+        bert = tiny_bert_config(num_hidden_layers=1,
+                                max_position_embeddings=max(64, self.cfg.max_seq_length))
         # Dropout off: cut and padded runs draw different masks ([B, L, H] vs [B, S, H]).
         model = {"classification": lambda: BertClassifier.from_bert_config(bert, 3, 0.0),
                  "tagging": lambda: BertTokenClassifier.from_bert_config(bert, 3, 0.0),
@@ -113,7 +114,7 @@ def test_span_predictions_equal_at_real_positions(tmp_path):
     for k in keys:
         assert cut[k].shape == pad[k].shape == (10, S)
         np.testing.assert_allclose(cut[k][mask], pad[k][mask], rtol=0, atol=1e-5)
-        assert (cut[k][~mask] == finetune.SPAN_PAD_LOGIT).all()
+        assert (cut[k][~mask] == real_length.SPAN_PAD_LOGIT).all()
     # One trace of the prediction step per mode (cut batches come with a None length).
     steps = trainer._finetune_predict_steps.values()
     assert [s.experimental_get_tracing_count() for s in steps] == [1, 1]
@@ -150,11 +151,27 @@ def _results(out):
         os.path.join(out, "test_results.tsv"), delimiter="\t")
 
 
-def test_run_classifier_eval_and_test_results_equal_padded(tmp_path):
+def _capture_trainers(monkeypatch):
+    trainers, make = [], finetune.make_trainer
+
+    def capture(*args, **kwargs):
+        trainers.append(make(*args, **kwargs))
+        return trainers[-1]
+    monkeypatch.setattr(finetune, "make_trainer", capture)
+    return trainers
+
+
+def test_run_classifier_eval_and_test_results_equal_padded(tmp_path, monkeypatch):
     flags = _cola(tmp_path)
+    trainers = _capture_trainers(monkeypatch)
     classifier.run(classifier.ClassifierConfig(output_dir=str(tmp_path / "cut"), **flags))
     classifier.run(classifier.ClassifierConfig(output_dir=str(tmp_path / "pad"),
                                                pad_to_max_seq_length=True, **flags))
+    # The cut run trained on short batches (texts of <= 14 pieces: 8 or 16), not only S.
+    shapes = [t.step_shapes for t in trainers if t.step_shapes]
+    assert len(shapes) == 2 and sum(shapes[0].values()) == 4
+    assert set(shapes[0]) <= {8, 16, S} and set(shapes[0]) - {S}
+    assert dict(shapes[1]) == {S: 4}
     (cut, cut_probs), (pad, pad_probs) = _results(tmp_path / "cut"), _results(tmp_path / "pad")
     assert set(cut) == set(pad) and cut["global_step"] == 4
     for k in cut:
@@ -175,24 +192,54 @@ def _twins(make):
     return a, b
 
 
+def _record_lengths(model):
+    """model.call records the length of every batch it is traced with (None: cut)."""
+    seen = []
+    call = model.call
+
+    def recording(x, **kw):
+        seen.append(x["input_mask"].shape[1])
+        return call(x, **kw)
+    model.call = recording
+    return seen
+
+
+def _ids(n=12):
+    arrays = _arrays(n)
+    return arrays, {k: arrays[k] for k in finetune.INPUT_NAMES}
+
+
 def test_keras_fit_evaluate_predict_on_ids_cut_per_batch(tmp_path):
-    arrays = _arrays(12)
-    x = {k: arrays[k] for k in finetune.INPUT_NAMES}
+    arrays, x = _ids()
     y, w = arrays["label_ids"], arrays["label_weights"]
+    # A per-position model: cut in predict only.
     cut, pad = _twins(lambda: BertTokenClassifier.from_bert_config(
         tiny_bert_config(num_hidden_layers=1), 3, dropout_rate=0.0))
+    seen = _record_lengths(cut)
     p_cut, p_pad = cut.predict(x, batch_size=4, verbose=0), \
         pad.predict(x, batch_size=4, verbose=0, pad_to_max_seq_length=True)
+    assert seen == [None]  # traced once, cut
     mask = arrays["input_mask"] > 0
     assert p_cut["logits"].shape == p_pad["logits"].shape == (12, S, 3)
     np.testing.assert_allclose(p_cut["logits"][mask], p_pad["logits"][mask], rtol=0, atol=1e-5)
     assert not p_cut["logits"][~mask].any()
-    h_cut = cut.fit(x, y, sample_weight=w, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    del seen[:]
+    cut.fit(x, y, sample_weight=w, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    assert seen == [S]  # its loss sees every position: fit keeps the full length
+    # A pooled model: cut in fit and evaluate too.
+    cut, pad = _twins(lambda: BertClassifier.from_bert_config(
+        tiny_bert_config(num_hidden_layers=1), 3, dropout_rate=0.0))
+    seen = _record_lengths(cut)
+    y = arrays["label_ids"][:, 0]
+    h_cut = cut.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    assert seen and set(seen) == {None}
     pad.pad_to_max_seq_length = True  # the attribute, as the keyword
-    h_pad = pad.fit(x, y, sample_weight=w, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    h_pad = pad.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
     np.testing.assert_allclose(h_cut.history["loss"], h_pad.history["loss"], rtol=0, atol=1e-5)
-    assert cut.evaluate(x, y, sample_weight=w, batch_size=4, verbose=0) == pytest.approx(
-        pad.evaluate(x, y, sample_weight=w, batch_size=4, verbose=0), abs=1e-5)
+    del seen[:]
+    assert cut.evaluate(x, y, batch_size=4, verbose=0) == pytest.approx(
+        pad.evaluate(x, y, batch_size=4, verbose=0), abs=1e-5)
+    assert seen == [None]
     for a, b in zip(cut.weights, pad.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-5, err_msg=a.path)
 
@@ -219,6 +266,209 @@ def test_keras_fit_predict_on_texts_cut_per_batch(tmp_path):
     np.testing.assert_allclose(cut.predict(texts, batch_size=4, verbose=0),
                                pad.predict(texts, batch_size=4, verbose=0), rtol=0, atol=1e-5)
     assert seen == {"cut": None, "pad": S}
+    seen.clear()
     h_cut = cut.fit(texts, labels, batch_size=4, epochs=1, shuffle=False, verbose=0)
     h_pad = pad.fit(texts, labels, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    assert seen == {"cut": None, "pad": S}  # fit's step cut the batches too
     np.testing.assert_allclose(h_cut.history["loss"], h_pad.history["loss"], rtol=0, atol=1e-5)
+
+
+def _classifier_twins():
+    return _twins(lambda: BertClassifier.from_bert_config(
+        tiny_bert_config(num_hidden_layers=1), 3, dropout_rate=0.0))
+
+
+@pytest.mark.parametrize("attribute", [False, True])
+def test_keras_fit_validation_inherits_fit_mode(attribute):
+    # Keras' fit runs self.evaluate on validation_data: it must not re-decide the mode (and
+    # drop fit's traced step) when the keyword and the attribute disagree.
+    arrays, x = _ids(8)
+    y = arrays["label_ids"][:, 0]
+    model, _ = _classifier_twins()
+    model.pad_to_max_seq_length = attribute
+    seen = _record_lengths(model)
+    h = model.fit(x, y, validation_data=(x, y), batch_size=4, epochs=2, verbose=0,
+                  pad_to_max_seq_length=not attribute)
+    assert len(h.history["loss"]) == len(h.history["val_loss"]) == 2
+    assert set(seen) == ({S} if not attribute else {None})
+
+
+def _span_twins():
+    def make():
+        return BertSpanLabeler.from_bert_config(tiny_bert_config(num_hidden_layers=1))
+    a, b = make(), make()
+    for m in (a, b):
+        m.build()
+    b.set_weights(a.get_weights())
+    for m in (a, b):
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        m.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss={"start_logits": loss, "end_logits": loss})
+    return a, b
+
+
+@pytest.mark.parametrize("kind", ["tagging", "span"])
+def test_keras_per_position_losses_equal_padded(kind):
+    # Per-position losses see every position (tagging without sample_weight, span softmax):
+    # fit / evaluate keep the full length, so they equal the padded run's.
+    arrays, x = _ids(8)
+    if kind == "tagging":
+        cut, pad = _twins(lambda: BertTokenClassifier.from_bert_config(
+            tiny_bert_config(num_hidden_layers=1), 3, dropout_rate=0.0))
+        y = arrays["label_ids"]
+    else:
+        cut, pad = _span_twins()
+        y = {"start_logits": arrays["start_positions"], "end_logits": arrays["end_positions"]}
+    kw = dict(batch_size=4, verbose=0)
+    got = cut.evaluate(x, y, **kw)
+    want = pad.evaluate(x, y, pad_to_max_seq_length=True, **kw)
+    assert got == pytest.approx(want, abs=1e-5)
+    h_cut = cut.fit(x, y, epochs=1, shuffle=False, **kw)
+    h_pad = pad.fit(x, y, epochs=1, shuffle=False, pad_to_max_seq_length=True, **kw)
+    np.testing.assert_allclose(h_cut.history["loss"], h_pad.history["loss"], rtol=0, atol=1e-5)
+
+
+def test_pretrainer_is_never_cut_in_keras():
+    from bert_tf.modeling.models import BertPretrainer
+    arrays, x = _ids(8)
+    model = BertPretrainer.from_bert_config(tiny_bert_config(num_hidden_layers=1))
+    model.build()
+    # Short rows with a masked-LM position in their padding (past any cut length).
+    x = dict(x, masked_lm_positions=np.tile(np.array([[1, 2, S - 1]], np.int32), (8, 1)))
+    want = model(x)
+    got = model.predict(x, batch_size=4, verbose=0)
+    for k in ("mlm_logits", "nsp_logits", "sequence_output"):
+        np.testing.assert_allclose(got[k], want[k].numpy(), rtol=0, atol=1e-5, err_msg=k)
+
+
+def test_predict_on_batch_trace_is_not_reused_by_predict():
+    arrays, x = _ids(8)
+    model = BertTokenClassifier.from_bert_config(tiny_bert_config(num_hidden_layers=1), 3,
+                                                 dropout_rate=0.0)
+    model.build()
+    seen = _record_lengths(model)
+    first = model.predict_on_batch({k: v[:4] for k, v in x.items()})
+    assert seen == [S]  # what it is given
+    out = model.predict(x, batch_size=4, verbose=0)
+    assert seen == [S, None]  # predict traced its own, cut step
+    mask = arrays["input_mask"][:4] > 0
+    np.testing.assert_allclose(out["logits"][:4][mask], first["logits"][mask], rtol=0,
+                               atol=1e-5)
+    assert not out["logits"][:4][~mask].any()
+    model.predict_on_batch({k: v[:4] for k, v in x.items()})
+    assert seen == [S, None, S]
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_pad_to_max_seq_length_survives_save_and_load(tmp_path, text):
+    model = BertClassifier.from_bert_config(tiny_bert_config(num_hidden_layers=1), 2,
+                                            pad_to_max_seq_length=True)
+    model.build()
+    if text:
+        from bert_tf.pretrained import BertTextModel
+        from bert_tf.tokenization.text_graph import BertPreprocessingLayer
+        (tmp_path / "vocab.txt").write_text("\n".join(
+            ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"]) + "\n", encoding="utf-8")
+        model = BertTextModel(BertPreprocessingLayer(str(tmp_path / "vocab.txt"), True, 8),
+                              model, pad_to_max_seq_length=True)
+        model.build()
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.pad_to_max_seq_length is True
+    assert (loaded.model if text else loaded).pad_to_max_seq_length is True
+    assert BertClassifier.from_config(dict(model.get_config() if not text else
+                                           model.model.get_config(),
+                                           pad_to_max_seq_length=False)
+                                      ).pad_to_max_seq_length is False
+
+
+def test_from_pretrained_passes_pad_to_max_seq_length(tmp_path):
+    import bert_tf
+    from bert_tf.convert.checkpoints import save_tf1_checkpoint
+    from bert_tf.modeling.models import BertPretrainer, build_model
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    cfg = tiny_bert_config(vocab_size=len(vocab), num_hidden_layers=1)
+    (tmp_path / "bert_config.json").write_text(json.dumps(cfg.to_dict()), encoding="utf-8")
+    save_tf1_checkpoint(build_model(BertPretrainer.from_bert_config(cfg)),
+                        str(tmp_path / "bert_model.ckpt"))
+    m = bert_tf.from_pretrained(str(tmp_path), "classification", 2, text_input=True,
+                                seq_length=8, pad_to_max_seq_length=True)
+    assert m.pad_to_max_seq_length is True and m.model.pad_to_max_seq_length is True
+    ids = bert_tf.from_pretrained(str(tmp_path), "classification", 2)
+    assert ids.pad_to_max_seq_length is False
+
+
+def test_cut_without_keys_needs_a_static_length():
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def f(mask):
+        return real_length.cut({"input_mask": mask, "x": mask}, 2)["x"]
+    with pytest.raises(ValueError, match="static length"):
+        f.get_concrete_function()
+    np.testing.assert_array_equal(
+        real_length.cut({"input_mask": np.ones((1, 4), np.int32)}, 2)["input_mask"], [[1, 1]])
+
+
+def test_cut_step_is_8_without_xla_and_a_bucket_with_it():
+    plain = finetune.RunConfig(max_seq_length=128)
+    assert finetune.cut_step(plain, 128) == 8 and finetune.cut_step(plain, 512) == 8
+    xla = finetune.RunConfig(max_seq_length=128, jit_compile=True)
+    assert finetune.cut_step(xla, 128) == 16 and finetune.cut_step(xla, 512) == 32
+    assert len(real_length.length_buckets(128, 16)) == 8
+    assert finetune.cuts_batches(plain) and not finetune.cuts_batches(
+        finetune.RunConfig(use_tpu=True)) and not finetune.cuts_batches(
+        finetune.RunConfig(pad_to_max_seq_length=True))
+
+
+def _long_arrays(n, seq, seed=0):
+    """Rows of 3..40 real tokens, one full-length row in four."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, 41, n)
+    lengths[::4] = seq
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int32)
+    ids = rng.integers(5, 64, (n, seq)).astype(np.int32) * mask
+    return {"input_word_ids": ids, "input_mask": mask, "input_type_ids": np.zeros_like(ids),
+            "label_ids": rng.integers(0, 3, n).astype(np.int32)}
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_train_step_shapes_bounded_under_xla_and_step_8_without(tmp_path, jit):
+    # Under XLA each length is one compile: lengths are buckets of 16 (<= 8 at 128); without
+    # XLA the step is traced once and lengths are multiples of 8.
+    seq = 128
+    trainer = _trainer(tmp_path, f"xla{jit}", "classification", max_seq_length=seq,
+                       jit_compile=jit)
+    trainer.build_optimizer(6, 1)
+    trainer.restore()
+    finetune.train(trainer, _long_arrays(24, seq), 6, 1)
+    shapes = trainer.step_shapes
+    assert sum(shapes.values()) == 6 and seq in shapes
+    if jit:
+        assert set(shapes) <= set(real_length.length_buckets(seq)) and len(shapes) <= 8
+    else:
+        assert all(k % 8 == 0 for k in shapes) and any(k % 16 for k in shapes)
+
+
+def test_mirrored_prediction_replicas_cut_to_different_lengths(tmp_path):
+    from conftest import TWO_CPUS
+    if not TWO_CPUS:
+        pytest.skip("needs the two logical CPUs of conftest")
+    # Outputs are padded back to S in each replica, before the gather (on several workers each
+    # cuts its own batch); here batch 0 is short only, batch 1 starts with full-length rows.
+    one = _trainer(tmp_path, "one", "tagging", pad_to_max_seq_length=True)
+    two = _trainer(tmp_path, "two", "tagging", strategy="mirrored")
+    assert two.strategy.num_replicas_in_sync == 2
+    for t in (one, two):
+        t.restore()
+    two.model.set_weights(one.model.get_weights())
+    order = [1, 2, 3, 5, 0, 4, 6, 7, 9, 8]  # rows 0, 4, 8 are full length
+    feats = {k: v[order] for k, v in _features("tagging", _arrays(10, seed=1)).items()}
+    want = finetune.predict(one, feats, 4, ["logits"])["logits"]
+    got = finetune.predict(two, feats, 4, ["logits"])["logits"]
+    mask = feats["input_mask"] > 0
+    assert got.shape == want.shape == (10, S, 3)
+    np.testing.assert_allclose(got[mask], want[mask], rtol=0, atol=1e-5)
+    assert not got[~mask].any()

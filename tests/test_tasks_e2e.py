@@ -331,3 +331,62 @@ def test_library_errors(tmp_path, tf1_model):
                                             vocab_file=tf1_model["vocab"],
                                             bert_config_file=tf1_model["config"],
                                             batch_size=-1))
+
+
+def _record_cuts(monkeypatch):
+    """The seq_length each prediction step is made with: S when batches are cut, else None."""
+    cuts, make = [], finetune._predict_step
+
+    def record(trainer, output_keys, element_spec, seq_length):
+        cuts.append(seq_length)
+        return make(trainer, output_keys, element_spec, seq_length)
+    monkeypatch.setattr(finetune, "_predict_step", record)
+    return cuts
+
+
+def test_extract_features_cut_equals_padded(tmp_path, tf1_model, monkeypatch):
+    inp = tmp_path / "input.txt"
+    inp.write_text("w1 W2 w3\nw4\nw4 ||| w5 w6 w1 w2 w3 w4 w5 w6 w1\nw2 w3\n", encoding="utf-8")
+    from bert_tf.tasks import features
+    cuts = _record_cuts(monkeypatch)
+    lines = {}
+    for pad in (False, True):
+        out = tmp_path / f"features-{pad}.jsonl"
+        features.run(features.FeatureConfig(
+            input_file=str(inp), output_file=str(out), vocab_file=tf1_model["vocab"],
+            bert_config_file=tf1_model["config"], init_checkpoint=tf1_model["ckpt"],
+            layers="-1,-2", max_seq_length=32, batch_size=2, progress=False,
+            pad_to_max_seq_length=pad))
+        lines[pad] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert cuts == [32, None]
+    assert len(lines[False]) == len(lines[True]) == 4
+    for a, b in zip(lines[False], lines[True]):
+        assert [t["token"] for t in a["features"]] == [t["token"] for t in b["features"]]
+        for ta, tb in zip(a["features"], b["features"]):
+            for la, lb in zip(ta["layers"], tb["layers"]):
+                assert la["index"] == lb["index"]
+                np.testing.assert_allclose(la["values"], lb["values"], rtol=0, atol=1e-5)
+
+
+def test_run_ner_predictions_cut_equal_padded(tmp_path, tf1_model, monkeypatch):
+    from bert_tf.tasks import ner
+    data = tmp_path / "conll"
+    data.mkdir()
+    rng = random.Random(0)
+    sents = [[rng.choice(WORDS) for _ in range(rng.choice([1, 2, 5, 12]))] for _ in range(7)]
+    text = "\n\n".join("\n".join(f"{w} NN O O" for w in s) for s in sents)
+    (data / "test.txt").write_text(text + "\n", encoding="utf-8")
+    cuts = _record_cuts(monkeypatch)
+    written = {}
+    for pad in (False, True):
+        out = tmp_path / f"out-{pad}"
+        ner.run(ner.NerConfig(
+            data_dir=str(data), vocab_file=tf1_model["vocab"],
+            bert_config_file=tf1_model["config"], init_checkpoint=tf1_model["ckpt"],
+            output_dir=str(out), do_lower_case=False, do_predict=True, max_seq_length=32,
+            predict_batch_size=2, labels="O,B-PER,I-PER,B-LOC", seed=3, progress=False,
+            pad_to_max_seq_length=pad))
+        written[pad] = (out / "test_predictions.txt").read_text(encoding="utf-8")
+    assert cuts == [32, None]
+    assert written[False] == written[True]
+    assert len({line.split()[-1] for line in written[True].split("\n") if line}) > 1

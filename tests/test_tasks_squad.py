@@ -229,3 +229,38 @@ def test_run_squad_v2_predict_writes_null_odds_and_v2_eval(tmp_path, tokenizer):
         got[k] = float(v)
     assert got == pytest.approx(dict(want, global_step=0))
     assert {"HasAns_exact", "NoAns_exact", "best_f1", "best_f1_thresh"} <= set(got)
+
+
+def test_run_squad_predictions_equal_cut_and_padded(tmp_path):
+    """Short contexts in long features: the cut run's n-best (padding never ranked) is the
+    padded run's, text for text, logits within 1e-5 (issue 38)."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    with open(os.path.join(os.path.dirname(__file__), "..", "configs", "tiny_test.json")) as f:
+        cfg = json.load(f)
+    cfg["vocab_size"] = len(VOCAB)
+    (tmp_path / "bert_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    contexts = [TARGET, " ".join(FILLER[:6]) + " " + TARGET, "w1 w2 w3 cafe noir w4"]
+    data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": c, "qas": [{"id": f"q{i}", "question": "when was it ?",
+                                "answers": [{"text": c.split()[0], "answer_start": 0}]}]}
+        for i, c in enumerate(contexts)]}]}
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    out = {}
+    for pad in (False, True):
+        d = tmp_path / f"pad{pad}"
+        squad.run(squad.SquadConfig(
+            vocab_file=str(vocab), bert_config_file=str(tmp_path / "bert_config.json"),
+            output_dir=str(d), predict_file=str(path), do_predict=True, max_seq_length=64, max_query_length=8,
+            predict_batch_size=2, n_best_size=3, max_answer_length=4, seed=3,
+            progress=False, pad_to_max_seq_length=pad))
+        out[pad] = [json.load(open(d / name, encoding="utf-8"))
+                    for name in ("predictions.json", "nbest_predictions.json")]
+    (cut_preds, cut_nbest), (pad_preds, pad_nbest) = out[False], out[True]
+    assert cut_preds == pad_preds and list(cut_preds) == ["q0", "q1", "q2"]
+    for q in cut_nbest:
+        assert [e["text"] for e in cut_nbest[q]] == [e["text"] for e in pad_nbest[q]]
+        for a, b in zip(cut_nbest[q], pad_nbest[q]):
+            for k in ("start_logit", "end_logit", "probability"):
+                assert a[k] == pytest.approx(b[k], abs=1e-5)

@@ -131,9 +131,9 @@ def checked_ids(input_word_ids, input_mask, input_type_ids, vocab_size, type_voc
 # and sequence outputs are padded back. Padding keys get a -10000 attention bias (weight
 # exactly 0), so real-position, pooled and task outputs are those of the full length.
 CUT_STEP = 8
-# What start/end logits hold at padding: far below any real logit, so no decoder picks them;
-# finite, so JSON carries it and a start + an end does not overflow float32.
-SPAN_PAD_LOGIT = -1e9
+# SPAN_PAD_LOGIT and restore (outputs padded back, `value` at padding) live in real_length.
+SPAN_PAD_LOGIT = rl.SPAN_PAD_LOGIT
+restore = rl.restore
 
 
 def cut_inputs(inputs, at_least=None):
@@ -155,26 +155,6 @@ def cut_inputs(inputs, at_least=None):
         length = tf.maximum(length, at_least)
     length = rl.bucket_length(length, tf.shape(mask)[1], step=CUT_STEP)
     return rl.cut(inputs, length, keys=list(INPUT_NAMES)), length
-
-
-def restore(x, input_mask, value=0):
-    """A [B, L, ...] output of a cut batch back to input_mask's length S (static shape too);
-    every padding position (input_mask 0, past the cut or not) holds `value`, so an output
-    does not depend on what else was in the batch.
-
-    Args:
-        x: tensor [B, L, ...], L <= S.
-        input_mask: the uncut int32 [B, S] mask.
-        value: what padding positions hold (0 for hidden states; see SPAN_PAD_LOGIT).
-    """
-    x = tf.convert_to_tensor(x)
-    full = rl.pad_back(x, tf.shape(input_mask)[1], value)
-    keep = input_mask > 0
-    for _ in range(x.shape.rank - 2):
-        keep = keep[..., None]
-    out = tf.where(keep, full, tf.cast(value, x.dtype))
-    out.set_shape(input_mask.shape[:2].concatenate(x.shape[2:]))
-    return out
 
 
 def write_saved_model(module, export_dir, signatures, metadata, before_publish=None,

@@ -8,10 +8,18 @@ sentence pairs); ids-in models take the dict of `input_word_ids`, `input_mask`,
 `input_type_ids`. `export(path)` writes the TF Serving export (`bert_tf.export.keras_export`).
 
 `fit`, `evaluate` and `predict` compute only the real tokens: each batch is cut to its longest
-real length (rounded up to one of `real_length.length_buckets(S)`) before the model runs, and
-per-position outputs come back [B, S, ...] with 0 at every padding position (-1e9 for span
-start/end logits). A direct call computes what it is given. Not under XLA (Keras' `jit_compile`, on by default on GPUs for ids-in
-models): there the compiled step keeps the fixed shape. `pad_to_max_seq_length=True` (a
+real length (rounded up to one of `real_length.length_buckets(S)`) before the model runs.
+What is cut depends on the model's declared outputs (`position_outputs`, a class attribute):
+- models whose outputs are all pooled (classifier, embedder) are cut in all three;
+- per-position models (token classifier, span labeler) are cut in `predict` only (their
+  losses in `fit` / `evaluate` see every position): their per-position outputs come back
+  [B, S, ...] with 0 at every padding position (`SPAN_PAD_LOGIT`, -1e9, for span start/end
+  logits);
+- `BertPretrainer` is never cut (`cut_in_keras = False`: its masked-LM positions may point
+  past the cut).
+A direct call (and `predict_on_batch` / `train_on_batch` / `test_on_batch`) computes what it
+is given. Under XLA (Keras' `jit_compile`, which "auto" turns on for ids-in models on a GPU)
+nothing is cut: the compiled step keeps the fixed shape. `pad_to_max_seq_length=True` (a
 keyword of the three, or the model attribute) keeps the fixed shape everywhere.
 """
 import contextlib
@@ -21,12 +29,11 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.modeling import real_length
+from bert_tf.modeling.real_length import SPAN_PAD_LOGIT
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
-# Outputs of rank 2 that are per position (rank >= 3 always is).
-SPAN_OUTPUTS = ("start_logits", "end_logits")
-# What start/end logits hold at padding: below any real logit, finite (JSON, sums).
-SPAN_PAD_LOGIT = -1e9
+# What restored per-position outputs hold at padding (others: 0).
+PAD_VALUES = {"start_logits": SPAN_PAD_LOGIT, "end_logits": SPAN_PAD_LOGIT}
 
 _PASS_THROUGH = (tf.Tensor, tf.data.Dataset, tf.RaggedTensor, tf.SparseTensor)
 
@@ -143,32 +150,18 @@ def num_examples(data):
     return int(shape[0]) if shape is not None and len(shape) and shape[0] is not None else None
 
 
-def restore_positions(x, input_mask, value=0):
-    """A [B, L, ...] output of a batch cut to L back to input_mask's [B, S, ...], `value` at
-    every padding position (so an output does not depend on the rest of its batch).
-
-    Args:
-        x: tensor of rank >= 2.
-        input_mask: the uncut int [B, S] mask.
-        value: what padding positions hold.
-    """
-    full = real_length.pad_back(x, tf.shape(input_mask)[1], value)
-    keep = input_mask > 0
-    for _ in range(x.shape.rank - 2):
-        keep = keep[..., None]
-    return tf.where(keep, full, tf.cast(value, x.dtype))
-
-
-def call_on_real_length(fn, inputs):
+def call_on_real_length(fn, inputs, position_outputs=()):
     """`fn(inputs)` computed on the batch cut to its real length (rounded up to one of
-    `real_length.length_buckets(S)`, S static; else a multiple of 8), per-position outputs
-    (rank >= 3, and span start/end logits) restored to [B, S, ...] with 0 (-1e9 for span
-    logits) at every padding position. Pooled, class and real-position outputs equal the
-    full-length computation's within float rounding.
+    `real_length.length_buckets(S)`, S static; else a multiple of 8), the outputs named in
+    `position_outputs` restored to [B, S, ...] with 0 (`PAD_VALUES`: -1e9 for span logits) at
+    every padding position. Pooled, class and real-position outputs equal the full-length
+    computation's within float rounding.
 
     Args:
-        fn: the model call, a function of the inputs dict.
+        fn: the model call, a function of the inputs dict, returning a dict.
         inputs: dict with the int [B, S] encoder inputs (other keys pass unchanged).
+        position_outputs: the keys of fn's per-position outputs (a list of them is restored
+            element by element).
     """
     mask = tf.convert_to_tensor(inputs["input_mask"])
     s = mask.shape[1]
@@ -180,14 +173,9 @@ def call_on_real_length(fn, inputs):
     def restore(key, v):
         if isinstance(v, (list, tuple)):
             return type(v)(restore(key, x) for x in v)
-        if not isinstance(v, tf.Tensor) or v.shape.rank is None or v.shape.rank < 2 or (
-                v.shape.rank == 2 and key not in SPAN_OUTPUTS):
-            return v
-        return restore_positions(v, mask, SPAN_PAD_LOGIT if key in SPAN_OUTPUTS else 0)
+        return real_length.restore(v, mask, PAD_VALUES.get(key, 0))
 
-    if isinstance(out, dict):
-        return {k: restore(k, v) for k, v in out.items()}
-    return restore(None, out)
+    return {k: restore(k, v) if k in position_outputs else v for k, v in out.items()}
 
 
 class KerasConventions:
@@ -203,7 +191,12 @@ class KerasConventions:
 
     _text_input = False
     pad_to_max_seq_length = False
-    _cutting = False  # inside fit / evaluate / predict: whether batches are cut
+    # Declared by each model: the keys of its per-position outputs ([B, S, ...]); a model
+    # with any is cut in `predict` only. cut_in_keras False: never cut (BertPretrainer).
+    position_outputs = ()
+    cut_in_keras = True
+    _cutting = None  # inside fit / evaluate / predict: whether batches are cut; None: outside
+    _functions_cut = None  # the mode Keras' cached step functions were traced in; None: unknown
 
     def _cut_now(self):
         """Cut this call? Inside fit / evaluate / predict as they decided; a direct call
@@ -211,23 +204,65 @@ class KerasConventions:
         compiled steps)."""
         return bool(self._cutting)
 
+    def _cut_spec(self):
+        """(cut_in_keras, position_outputs) of the model that computes (a wrapper: its inner
+        model's)."""
+        return self.cut_in_keras, tuple(self.position_outputs)
+
+    def _set_mode(self, cut):
+        if self._functions_cut is None or self._functions_cut != cut:
+            # Keras caches its traced steps; one traced in the other mode (or outside ours,
+            # e.g. by predict_on_batch) must not be reused.
+            self.train_function = self.test_function = self.predict_function = None
+        self._functions_cut = self._cutting = cut
+
     @contextlib.contextmanager
-    def _real_length(self, pad_to_max_seq_length):
-        """Cut batches in this fit / evaluate / predict unless padded or XLA-compiled."""
+    def _real_length(self, pad_to_max_seq_length, stage):
+        """Cut batches in this fit / evaluate / predict (`stage`) unless padded, XLA-compiled,
+        opted out, or (outside predict) per-position. Only the outermost call decides: fit's
+        own evaluate of validation_data inherits fit's mode and traced functions."""
+        if self._cutting is not None:
+            yield
+            return
         pad = self.pad_to_max_seq_length if pad_to_max_seq_length is None \
             else pad_to_max_seq_length
         try:
             jit = bool(self.jit_compile)  # Keras' "auto" resolved: XLA needs static shapes
         except AttributeError:
             jit = False
-        before, cut = self._cutting, not pad and not jit
-        if getattr(self, "_functions_cut", cut) != cut:  # Keras' cached steps hold the mode
-            self.train_function = self.test_function = self.predict_function = None
-        self._functions_cut = self._cutting = cut
+        allowed, positions = self._cut_spec()
+        self._set_mode(not pad and not jit and allowed and (stage == "predict" or not positions))
         try:
             yield
         finally:
-            self._cutting = before
+            self._cutting = None
+
+    @contextlib.contextmanager
+    def _uncut(self):
+        """A Keras entry that computes what it is given (the *_on_batch methods)."""
+        if self._cutting is not None:
+            yield
+            return
+        self._set_mode(False)
+        try:
+            yield
+        finally:
+            self._cutting = None
+
+    def train_on_batch(self, *args, **kwargs):
+        """`keras.Model.train_on_batch`: computes the batch as given (never cut)."""
+        with self._uncut():
+            return super().train_on_batch(*args, **kwargs)
+
+    def test_on_batch(self, *args, **kwargs):
+        """`keras.Model.test_on_batch`: computes the batch as given (never cut)."""
+        with self._uncut():
+            return super().test_on_batch(*args, **kwargs)
+
+    def predict_on_batch(self, *args, **kwargs):
+        """`keras.Model.predict_on_batch`: computes the batch as given (never cut)."""
+        with self._uncut():
+            return super().predict_on_batch(*args, **kwargs)
 
     def _x(self, x, what):
         return to_text(x, what) if self._text_input else to_ids(x, what)
@@ -265,7 +300,7 @@ class KerasConventions:
             **kwargs: its other keyword arguments.
         """
         x, y, sample_weight = self._xy(x, y, sample_weight)
-        with self._real_length(pad_to_max_seq_length):
+        with self._real_length(pad_to_max_seq_length, "fit"):
             return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                                callbacks=callbacks, validation_split=validation_split,
                                validation_data=self._validation(validation_data),
@@ -282,7 +317,7 @@ class KerasConventions:
             **kwargs: its other keyword arguments.
         """
         x, y, sample_weight = self._xy(x, y, sample_weight)
-        with self._real_length(pad_to_max_seq_length):
+        with self._real_length(pad_to_max_seq_length, "evaluate"):
             return super().evaluate(x, y, batch_size=batch_size, verbose=verbose,
                                     sample_weight=sample_weight, **kwargs)
 
@@ -295,7 +330,7 @@ class KerasConventions:
             pad_to_max_seq_length: as for `fit`.
             **kwargs: its other keyword arguments.
         """
-        with self._real_length(pad_to_max_seq_length):
+        with self._real_length(pad_to_max_seq_length, "predict"):
             return super().predict(self._x(x, "x"), batch_size=batch_size, verbose=verbose,
                                    **kwargs)
 
@@ -308,7 +343,7 @@ class KerasConventions:
                 and "input_mask" in args[0]:
             rest = args[1:]
             return call_on_real_length(lambda x: super(KerasConventions, self).__call__(
-                x, *rest, **kwargs), args[0])
+                x, *rest, **kwargs), args[0], self._cut_spec()[1])
         return super().__call__(*args, **kwargs)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,

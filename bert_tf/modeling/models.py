@@ -36,16 +36,19 @@ class BertTaskModel(KerasConventions, keras.Model):
     Args:
         encoder: a `BertEncoder` instance (e.g. `BertEncoder.from_bert_config(cfg)`); it may
             be shared with, or come pre-trained from, another model.
+        pad_to_max_seq_length: True: `fit` / `evaluate` / `predict` keep every batch at full
+            length (default False: cut to the real length; saved in the config).
         **kwargs: `keras.Model` arguments (`name`, `trainable`, `dtype`).
     """
 
-    def __init__(self, encoder, **kwargs):
+    def __init__(self, encoder, pad_to_max_seq_length=False, **kwargs):
         if not isinstance(encoder, BertEncoder):
             raise BertError(f"{type(self).__name__}: encoder must be a BertEncoder, got "
                             f"{type(encoder).__name__} (for a BertConfig use "
                             f"{type(self).__name__}.from_bert_config(cfg, ...))")
         super().__init__(**kwargs)
         self.encoder = encoder
+        self.pad_to_max_seq_length = bool(pad_to_max_seq_length)
 
     @classmethod
     def from_bert_config(cls, bert_config, *args, **kwargs):
@@ -84,6 +87,7 @@ class BertTaskModel(KerasConventions, keras.Model):
 
     def get_config(self):
         return {"encoder": keras.saving.serialize_keras_object(self.encoder),
+                "pad_to_max_seq_length": self.pad_to_max_seq_length,
                 "name": self.name, "trainable": self.trainable}
 
     @classmethod
@@ -125,6 +129,7 @@ class BertPretrainer(BertTaskModel):
     Extra input: `masked_lm_positions` int [B, P] (all positions are scored when absent).
     Outputs: `mlm_logits` [B, P, V], `nsp_logits` [B, 2] (float32), plus the encoder's
     `sequence_output` / `pooled_output`. Packed rows (`input_positions` and
+    `input_sequence_index` [B, S], the encoder's `PACKED_INPUTS`, with
     `next_sentence_positions` int [B, N], each sequence's [CLS]) give `nsp_logits` [B, N, 2]
     and `pooled_output` [B, N, H].
 
@@ -133,6 +138,10 @@ class BertPretrainer(BertTaskModel):
             and initializer range.
         **kwargs: `keras.Model` arguments.
     """
+
+    # Never cut in fit / evaluate / predict: masked_lm_positions may point past the cut and
+    # mlm_logits' axis 1 is P, not S.
+    cut_in_keras = False
 
     def __init__(self, encoder, **kwargs):
         super().__init__(encoder, **kwargs)
@@ -204,6 +213,8 @@ class BertSpanLabeler(BertTaskModel):
         **kwargs: `keras.Model` arguments.
     """
 
+    position_outputs = ("start_logits", "end_logits")  # see keras_data
+
     def __init__(self, encoder, **kwargs):
         super().__init__(encoder, **kwargs)
         self.span = DenseLogitsHead(2, 0.0, self.bert_config.initializer_range, name="span")
@@ -228,6 +239,8 @@ class BertTokenClassifier(BertTaskModel):
         labels: optional tag names in logit order (saved in the config, served by exports).
         **kwargs: `keras.Model` arguments.
     """
+
+    position_outputs = ("logits",)  # see keras_data
 
     def __init__(self, encoder, num_labels, dropout_rate=0.1, labels=None, **kwargs):
         super().__init__(encoder, **kwargs)

@@ -29,6 +29,10 @@ import math
 import tensorflow as tf
 
 MASK_KEYS = ("input_mask",)  # the feature that says which positions are real
+# What start/end logits hold at padding positions of a restored output: far below any real
+# logit, so no decoder picks them; finite, so JSON carries it and a start + an end does not
+# overflow float32.
+SPAN_PAD_LOGIT = -1e9
 
 
 def bucket_step(max_seq_length):
@@ -90,10 +94,13 @@ def cut(features, length, keys=None):
         features: dict of tensors.
         length: scalar int tensor.
         keys: the keys to cut (None: every value of rank >= 2 whose second dimension equals
-            that of `input_mask`).
+            that of `input_mask`, which must then be static).
     """
     if keys is None:
         seq = _seq_dim(features)
+        if seq is None:  # nothing to compare with: cutting nothing would pass silently
+            raise ValueError("real_length.cut: keys=None needs an input_mask with a static "
+                             "length (axis 1); pass keys=")
         keys = [k for k, v in features.items() if _is_sequence(v, seq)]
     out = dict(features)
     for k in keys:
@@ -116,6 +123,35 @@ def pad_back(x, seq_length, value=0):
     out = tf.pad(x, paddings, constant_values=tf.cast(value, x.dtype))
     if isinstance(seq_length, int):
         out = tf.ensure_shape(out, [x.shape[0], seq_length] + x.shape[2:].as_list())
+    return out
+
+
+def restore(x, input_mask, value=0, seq_length=None):
+    """A [B, L, ...] output of a cut batch back to [B, S, ...]; every padding position
+    (input_mask 0, past the cut or not) holds `value`, so an output does not depend on what
+    else was in the batch.
+
+    Args:
+        x: tensor [B, L, ...], L <= S.
+        input_mask: int [B, S] mask (the uncut one), or the cut [B, L] one with `seq_length`.
+        value: what padding positions hold (0 for hidden states; see SPAN_PAD_LOGIT).
+        seq_length: S (None: input_mask's length).
+    """
+    x = tf.convert_to_tensor(x)
+    input_mask = tf.convert_to_tensor(input_mask)
+    if seq_length is None:
+        seq_length = tf.shape(input_mask)[1]
+        static = input_mask.shape[1]
+    else:
+        static = seq_length if isinstance(seq_length, int) else None
+        input_mask = pad_back(input_mask, seq_length, 0)
+    full = pad_back(x, seq_length, value)
+    keep = input_mask > 0
+    for _ in range(x.shape.rank - 2):
+        keep = keep[..., None]
+    out = tf.where(keep, full, tf.cast(value, x.dtype))
+    batch = x.shape[0] if x.shape[0] is not None else input_mask.shape[0]
+    out.set_shape(tf.TensorShape([batch, static]).concatenate(x.shape[2:]))
     return out
 
 

@@ -19,9 +19,10 @@ from bert_tf.training.task import INPUT_NAMES, Task
 log = logging.getLogger("bert_tf.tasks")
 
 
-PAD_HELP = ("Compute every batch at --max_seq_length (the original's single fixed shape, e.g. "
-            "for TPUs). Default: each batch is cut to its longest real length, rounded up to "
-            "one of at most 8 lengths (16 above 128), with the same results.")
+PAD_HELP = ("Compute every batch at --max_seq_length (the original's single fixed shape; "
+            "always so on TPUs). Default: each batch is cut to its longest real length, "
+            "rounded up to a multiple of 8 (with --jit_compile to one of at most 8 lengths, 16 "
+            "above 128), with the same results.")
 
 
 @dataclasses.dataclass
@@ -35,8 +36,8 @@ class RunConfig(TrainerOptions):
         warmup_proportion: share of the steps with linear warm-up.
         do_export: export an end-to-end text-in SavedModel after training.
         pad_to_max_seq_length: keep every batch max_seq_length wide (one compiled shape);
-            default: each batch is cut to its longest real length, rounded up to one of
-            `real_length.length_buckets(max_seq_length)`.
+            default (not on TPUs): each batch is cut to its longest real length, rounded up
+            by `cut_step`.
         See TrainerOptions for the rest.
     """
     max_seq_length: int = flag(128, "The maximum total input sequence length after WordPiece "
@@ -197,26 +198,44 @@ class FinetuneTask(Task):
 
 
 def cuts_batches(options, task=None):
-    """Whether batches are cut to their real length (not --pad_to_max_seq_length, and for
-    training a task whose loss does not see padding).
+    """Whether batches are cut to their real length: not --pad_to_max_seq_length, not on a
+    TPU (per-shape compilation is unverified there: TPUStrategy may pad unknown dimensions),
+    and for training a task whose loss does not see padding.
 
     Args:
         options: the RunConfig (or any options; without the field: cut).
         task: for training, the FinetuneTask (its `cut_training`); None for prediction.
     """
-    return not getattr(options, "pad_to_max_seq_length", False) and \
+    tpu = getattr(options, "use_tpu", False) or getattr(options, "strategy", None) == "tpu"
+    return not getattr(options, "pad_to_max_seq_length", False) and not tpu and \
         getattr(task, "cut_training", True)
 
 
-def arrays_dataset_fn(features, cut=False):
+def cut_step(options, max_seq_length):
+    """The rounding step of cut lengths: under XLA (--jit_compile) `bucket_step`, so a run
+    compiles at most 8 shapes at <= 128 and 16 above; else 8 (the plain step is traced once
+    with a None length, so coarser rounding would only cost time).
+
+    Args:
+        options: the RunConfig (its jit_compile).
+        max_seq_length: int, the records' length.
+    """
+    from bert_tf.modeling import real_length
+    if getattr(options, "jit_compile", False):
+        return real_length.bucket_step(int(max_seq_length))
+    return 8
+
+
+def arrays_dataset_fn(features, cut=False, step=None):
     """The trainer's dataset_fn over in-memory arrays: shuffled, repeated, full batches only
     (static batch size), each input pipeline its own share.
 
     Args:
         features: dict of NumPy arrays with a leading example axis.
         cut: cut each batch (its [B, S] features and labels) to its longest real length,
-            rounded up to one of `real_length.length_buckets(S)`: the same batches in the
-            same order, a bounded set of shapes.
+            rounded up to one of `real_length.length_buckets(S, step)`: the same batches in
+            the same order, a bounded set of shapes.
+        step: the rounding step (`cut_step`; None: `real_length.bucket_step(S)`).
     """
     def fn(ctx, batch_size, seed, skip_batches):
         import tensorflow as tf
@@ -233,20 +252,22 @@ def arrays_dataset_fn(features, cut=False):
         if skip_batches:  # a resumed run continues the same stream
             ds = ds.skip(skip_batches)
         if cut:
-            ds = ds.map(real_length.cut_batch_fn(int(features["input_mask"].shape[1])))
+            ds = ds.map(real_length.cut_batch_fn(int(features["input_mask"].shape[1]),
+                                                 step=step))
         return ds.prefetch(tf.data.AUTOTUNE)
     return fn
 
 
-def make_trainer(task, cfg):
+def make_trainer(task, cfg, init_source=None):
     """A Trainer for `task` under cfg's strategy and precision.
 
     Args:
         task: a FinetuneTask (or any Task).
         cfg: the task's RunConfig.
+        init_source: the `Source` read for --init_checkpoint, or None (`Trainer`).
     """
     from bert_tf.training.trainer import Trainer
-    return Trainer(task, cfg)
+    return Trainer(task, cfg, init_source=init_source)
 
 
 def train(trainer, features, num_train_steps, num_warmup_steps):
@@ -261,8 +282,10 @@ def train(trainer, features, num_train_steps, num_warmup_steps):
     """
     trainer.build_optimizer(num_train_steps, num_warmup_steps)
     trainer.restore()
+    seq_length = int(features["input_mask"].shape[1])
     history = trainer.train(arrays_dataset_fn(
-        features, cut=cuts_batches(trainer.options, trainer.task)))
+        features, cut=cuts_batches(trainer.options, trainer.task),
+        step=cut_step(trainer.options, seq_length)))
     if not history:
         return None
     log.info("trained to step %d, loss %.4f", history[-1]["step"], history[-1]["loss"])
@@ -287,10 +310,10 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
 
     The last batch is padded to full size (and the padding dropped from its outputs), and the
     iterator is never run to its end (ending a distributed iterator costs about a second).
-    Unless --pad_to_max_seq_length, each batch is cut to its real length (rounded up to one of
-    `real_length.length_buckets(S)`) and per-position outputs come back [N, S, ...]: every
-    padding position (input_mask 0) holds 0, or SPAN_PAD_LOGIT for start/end logits, whatever
-    the batch.
+    Unless --pad_to_max_seq_length or a TPU, each batch is cut to its real length (rounded up
+    to a multiple of `cut_step`) and per-position outputs come back [N, S, ...]: every
+    padding position (input_mask 0) holds 0, or `real_length.SPAN_PAD_LOGIT` for start/end
+    logits, whatever the batch.
 
     Args:
         trainer: from make_trainer (restored).
@@ -315,7 +338,8 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
     ds = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
     cut = cuts_batches(trainer.options)
     if cut:
-        ds = ds.map(real_length.cut_batch_fn(int(seq_length)))
+        ds = ds.map(real_length.cut_batch_fn(int(seq_length),
+                                             step=cut_step(trainer.options, seq_length)))
     dist = trainer.strategy.experimental_distribute_dataset(ds)
     step = _predict_step(trainer, tuple(output_keys), dist.element_spec,
                          int(seq_length) if cut else None)
@@ -330,33 +354,32 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
             yield out
 
 
-# What start/end logits hold at padding positions of a cut prediction: far below any real
-# logit, so the SQuAD decoder never picks them (as bert_tf.export's serving signatures;
-# keras_data.SPAN_PAD_LOGIT, which imports TensorFlow).
-SPAN_PAD_LOGIT = -1e9
-_PAD_VALUES = {"start_logits": SPAN_PAD_LOGIT, "end_logits": SPAN_PAD_LOGIT}
-
-
 def _predict_step(trainer, output_keys, element_spec, seq_length):
     """The compiled prediction step for batches of `element_spec` (one trace: cut batches come
     with a None length); seq_length: pad per-position outputs back to it (None: no cut)."""
     import tensorflow as tf
+    from bert_tf.modeling import real_length
     cache = trainer.__dict__.setdefault("_finetune_predict_steps", {})
     key = (output_keys, seq_length, repr(element_spec))
     if key not in cache:
         strategy, model = trainer.strategy, trainer.model
+        pad_values = {"start_logits": real_length.SPAN_PAD_LOGIT,
+                      "end_logits": real_length.SPAN_PAD_LOGIT}
 
-        @tf.function(input_signature=[element_spec])
-        def step(batch):
-            out = strategy.run(lambda b: model(b, training=False), args=(batch,))
-            out = {k: strategy.gather(out[k], axis=0) for k in output_keys}
-            if seq_length:
-                from bert_tf.modeling.keras_data import restore_positions
-                mask = strategy.gather(batch["input_mask"], axis=0)
-                out = {k: restore_positions(v, mask, _PAD_VALUES.get(k, 0))
+        def replica(batch):
+            out = model(batch, training=False)
+            out = {k: out[k] for k in output_keys}
+            if seq_length:  # back to S in the replica: replicas cut to different lengths
+                out = {k: real_length.restore(v, batch["input_mask"], pad_values.get(k, 0),
+                                              seq_length)
                        if v.shape.rank >= 2 and v.shape[1] is None else v
                        for k, v in out.items()}
             return out
+
+        @tf.function(input_signature=[element_spec])
+        def step(batch):
+            out = strategy.run(replica, args=(batch,))
+            return {k: strategy.gather(out[k], axis=0) for k in output_keys}
 
         cache[key] = step
     return cache[key]

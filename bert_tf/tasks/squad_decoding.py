@@ -125,7 +125,10 @@ def postprocess(examples, features, start_logits, end_logits, n_best_size=20,
         score_null, null_entry = None, None
         for fi in by_example.get(example_index, []):
             f = features[fi]
-            s_logits, e_logits = start_logits[fi], end_logits[fi]
+            # Rank only the feature's tokens: padding positions (whatever they hold, padded
+            # or cut run) never take an n-best slot.
+            n = len(f.tokens)
+            s_logits, e_logits = start_logits[fi][:n], end_logits[fi][:n]
             if version_2_with_negative:
                 null = float(s_logits[0] + e_logits[0])
                 if score_null is None or null < score_null:
