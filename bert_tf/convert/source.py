@@ -8,8 +8,8 @@ A format module defines `FORMAT = Format(name, detect, read, write=None, ...)`:
                    `formats.detect` explains a path no format takes)
   read(path)    -> Source: config, vocab, casing (and sentence-transformers settings) from
                    the source; weights are loaded only by `Source.load(model)`, and read once
-  write(net, config, out, vocab_file, casing) where the format can be written: `out` is a
-                   new directory (bert-convert renames it into place)
+  write(...)    -> (net, config, out, vocab_file, casing), where the format can be written:
+                   `out` is a new directory (bert-convert renames it into place)
 
 No other module names a format or branches on one: they ask the Source or the Format. This
 module imports no format; a format imports no other format to exclude it (where detection

@@ -211,7 +211,13 @@ def stamp_proves(stamp, read_start_ns, path):
     """Whether an unchanged `stamp` proves unchanged content: a rewrite after a read that
     started at `read_start_ns` gets a later mtime, unless the file was last written within the
     mtime's granularity before that read (then only its sha256 tells; as git's "racy" files).
-    Remote stores stamp each write (ms) and a read takes longer, so theirs prove it."""
+    Remote stores stamp each write (ms) and a read takes longer, so theirs prove it.
+
+    Args:
+        stamp: [size, mtime_ns] of the file (`file_stamp`).
+        read_start_ns: when the read that the stamp vouches for started (ns since the epoch).
+        path: the file (local paths are judged by their mtime's granularity).
+    """
     if not stamp[1]:
         return False
     return not is_local(path) or stamp[1] <= read_start_ns - RACY_NS
