@@ -344,6 +344,7 @@ def test_unreachable_tpu_through_run_pretraining(tmp_path):
     res = subprocess.run(
         [sys.executable, os.path.join(REPO, "run_pretraining.py"), f"--bert_config_file={config}",
          f"--input_file={tmp_path / 'train.tfrecord'}", f"--output_dir={tmp_path / 'out'}",
+         "--max_seq_length=32", "--max_predictions_per_seq=5",  # the records' (pre-flight)
          "--do_train", "--use_tpu=True", "--tpu_name=my-tpu", "--tpu_zone=us-central1-b"],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert res.returncode == 1, res.stderr[-3000:]

@@ -369,3 +369,13 @@ def test_resume_hashes_only_inputs_whose_stamp_changed(data, tmp_path, monkeypat
     _reverse_records(target, keep_mtime=False)
     with pytest.raises(BertError, match=r"^--resume: .*was made with other flags or inputs"):
         _pack(inputs, out, output_shards=2, resume=True)
+
+
+def test_an_input_gone_or_unreadable_is_a_one_line_error(tmp_path):
+    # deleted between the passes or before --resume: its stamp and its hash say so in one line
+    from bert_tf.pretraining_data import sequence_packing_io as packing_io
+    gone = str(tmp_path / "gone.tfrecord")
+    for read in (packing_io.file_stamp, packing_io.file_digest):
+        with pytest.raises(BertError, match=rf"^--input_file {re.escape(gone)}: cannot be read "
+                                            r"now \(.+\): if it moved or changed while packing"):
+            read(gone)

@@ -452,12 +452,14 @@ def test_train_step_shapes_bounded_under_xla_and_step_8_without(tmp_path, jit):
         assert all(k % 8 == 0 for k in shapes) and any(k % 16 for k in shapes)
 
 
-def test_mirrored_prediction_replicas_cut_to_different_lengths(tmp_path):
+def test_mirrored_prediction_batches_cut_to_different_lengths(tmp_path):
     from conftest import TWO_CPUS
     if not TWO_CPUS:
         pytest.skip("needs the two logical CPUs of conftest")
-    # Outputs are padded back to S in each replica, before the gather (on several workers each
-    # cuts its own batch); here batch 0 is short only, batch 1 starts with full-length rows.
+    # Outputs are padded back to S in each replica, before the gather, so batches cut to
+    # different lengths concatenate. On one worker both replicas of a batch share its cut (the
+    # global batch is cut before it is split); several workers, each cutting its own, are not
+    # run here. Batch 0 is short only, batch 1 starts with full-length rows.
     one = _trainer(tmp_path, "one", "tagging", pad_to_max_seq_length=True)
     two = _trainer(tmp_path, "two", "tagging", strategy="mirrored")
     assert two.strategy.num_replicas_in_sync == 2

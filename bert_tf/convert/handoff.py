@@ -29,8 +29,12 @@ def _read_source(init_checkpoint, bert_config_file):
         raise BertError(f"{where}: {str(e).removeprefix(f'{init_checkpoint}: ')}") from None
     if src.bert_config is not None or bert_config_file:
         own = src.bert_config is not None
-        # a bad --bert_config_file is that flag's error, not the checkpoint's
-        return formats.finish(src, None if own else bert_config_file, flags=True), own
+        if not own:  # a bad --bert_config_file is that flag's error, not the checkpoint's
+            return formats.finish(src, bert_config_file, flags=True), own
+        try:
+            return formats.finish(src, None, flags=True), own
+        except BertError as e:  # a problem inside the source itself: name the flag
+            raise BertError(f"{where}: {str(e).removeprefix(f'{src.path}: ')}") from None
     # a source without a config (e.g. a bare training checkpoint) and no flag giving one
     raise BertError(f"{where}: {src.config_hint}: pass --bert_config_file (and --vocab_file "
                     f"for text input)")

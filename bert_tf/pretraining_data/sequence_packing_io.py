@@ -186,11 +186,14 @@ def file_digest(path, on_bytes=None):
         on_bytes: called with the number of bytes of each block read (a progress bar).
     """
     digest = hashlib.sha256()
-    with open_binary(path) as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-            if on_bytes is not None:
-                on_bytes(len(block))
+    try:
+        with open_binary(path) as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+                if on_bytes is not None:
+                    on_bytes(len(block))
+    except Exception as e:  # noqa: BLE001  (gone or unreadable: one line)
+        raise _unreadable(path, e) from None
     return digest.hexdigest()
 
 
@@ -198,13 +201,25 @@ RACY_NS = 2_000_000_000  # coarser than any file system's mtime (FAT: 2 s)
 
 
 def file_stamp(path):
-    """[size, mtime_ns] of a file (mtime 0 where the file system has none)."""
-    if is_local(path):
-        st = os.stat(path)
-        return [st.st_size, st.st_mtime_ns]
-    import tensorflow as tf
-    st = tf.io.gfile.stat(path)
-    return [st.length, int(getattr(st, "mtime_nsec", 0) or 0)]
+    """[size, mtime_ns] of a file (mtime 0 where the file system has none); a file that is
+    gone or unreadable is a one-line BertError."""
+    try:
+        if is_local(path):
+            st = os.stat(path)
+            return [st.st_size, st.st_mtime_ns]
+        import tensorflow as tf
+        st = tf.io.gfile.stat(path)
+        return [st.length, int(getattr(st, "mtime_nsec", 0) or 0)]
+    except Exception as e:  # noqa: BLE001  (OSError, tf's OpError: one line either way)
+        raise _unreadable(path, e) from None
+
+
+def _unreadable(path, error):
+    reason = getattr(error, "strerror", None) or getattr(error, "message", None) or \
+        type(error).__name__
+    return _where(path, None, f"cannot be read now ({str(reason).splitlines()[0]}): if it "
+                              f"moved or changed while packing, leave the inputs alone and run "
+                              f"again without --resume")
 
 
 def stamp_proves(stamp, read_start_ns, path):

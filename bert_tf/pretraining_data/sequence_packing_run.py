@@ -144,16 +144,17 @@ def _digests(input_files, lengths, progress_enabled, only=None):
     stamps = list(lengths.get("stamps") or [None] * n)
     proves = list(lengths.get("stamp_proves") or [False] * n)
     out, todo = [None] * n, []
+    now = {}
     for i, path in enumerate(input_files):
         if only is not None and i not in only:
             continue
-        now = io_lib.file_stamp(path)
-        if proves[i] and known[i] and stamps[i] == now:
+        now[i] = io_lib.file_stamp(path)
+        if proves[i] and known[i] and stamps[i] == now[i]:
             out[i] = known[i]
         else:
             todo.append(i)
     if todo:
-        progress = _bar(sum(file_size(input_files[i]) for i in todo), progress_enabled,
+        progress = _bar(sum(now[i][0] for i in todo), progress_enabled,
                         "hashing inputs", "B")
         try:
             for i in todo:

@@ -197,7 +197,7 @@ class FinetuneTask(Task):
         return export_dir
 
 
-def cuts_batches(options, task=None):
+def cuts_batches(options, task=None, strategy=None):
     """Whether batches are cut to their real length: not --pad_to_max_seq_length, not on a
     TPU (per-shape compilation is unverified there: TPUStrategy may pad unknown dimensions),
     and for training a task whose loss does not see padding.
@@ -205,8 +205,12 @@ def cuts_batches(options, task=None):
     Args:
         options: the RunConfig (or any options; without the field: cut).
         task: for training, the FinetuneTask (its `cut_training`); None for prediction.
+        strategy: the tf.distribute.Strategy the run uses (a TPUStrategy passed as an object
+            counts as a TPU too).
     """
-    tpu = getattr(options, "use_tpu", False) or getattr(options, "strategy", None) == "tpu"
+    from bert_tf.training import distribute
+    tpu = getattr(options, "use_tpu", False) or getattr(options, "strategy", None) == "tpu" \
+        or (strategy is not None and distribute.is_tpu(strategy))
     return not getattr(options, "pad_to_max_seq_length", False) and not tpu and \
         getattr(task, "cut_training", True)
 
@@ -284,7 +288,7 @@ def train(trainer, features, num_train_steps, num_warmup_steps):
     trainer.restore()
     seq_length = int(features["input_mask"].shape[1])
     history = trainer.train(arrays_dataset_fn(
-        features, cut=cuts_batches(trainer.options, trainer.task),
+        features, cut=cuts_batches(trainer.options, trainer.task, trainer.strategy),
         step=cut_step(trainer.options, seq_length)))
     if not history:
         return None
@@ -336,7 +340,7 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
         inputs = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
                   for k, v in inputs.items()}
     ds = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
-    cut = cuts_batches(trainer.options)
+    cut = cuts_batches(trainer.options, strategy=trainer.strategy)
     if cut:
         ds = ds.map(real_length.cut_batch_fn(int(seq_length),
                                              step=cut_step(trainer.options, seq_length)))
