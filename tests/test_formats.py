@@ -192,8 +192,10 @@ def _cola(d):
     return str(d)
 
 
-@pytest.mark.parametrize("command", ["run_classifier", "run_pretraining", "extract_features",
-                                     "export_savedmodel"])
+# run_pretraining's case writes four SavedModels (~37 s): the same hand-off as the others, slow
+@pytest.mark.parametrize("command", ["run_classifier",
+                                     pytest.param("run_pretraining", marks=pytest.mark.slow),
+                                     "extract_features", "export_savedmodel"])
 def test_a_command_reads_init_checkpoint_once(src, tmp_path, command):
     """The Source the hand-off read is the one the run's config, load and export use."""
     from conftest import write_pretraining_records
