@@ -185,17 +185,24 @@ def test_misaligned_training_answer_is_skipped(tmp_path):
     assert [e.qas_id for e in squad.read_squad_examples(path, True)] == ["ok"]
 
 
+def _tiny_model_files(folder):
+    """vocab.txt (VOCAB) and bert_config.json (configs/tiny_test.json at that vocab) in
+    `folder`; returns the vocab's path."""
+    vocab = folder / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    with open(os.path.join(os.path.dirname(__file__), "..", "configs", "tiny_test.json")) as f:
+        cfg = json.load(f)
+    cfg["vocab_size"] = len(VOCAB)
+    (folder / "bert_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return vocab
+
+
 def test_run_squad_v2_predict_writes_null_odds_and_v2_eval(tmp_path, tokenizer):
     """run_squad --version_2_with_negative --do_predict (weights as initialised): the three
     JSON files agree with each other and with the threshold rule; eval_results.txt is the
     official v2.0 report of them."""
     from bert_tf.tasks import squad_metrics
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    with open(os.path.join(os.path.dirname(__file__), "..", "configs", "tiny_test.json")) as f:
-        cfg = json.load(f)
-    cfg["vocab_size"] = len(VOCAB)
-    (tmp_path / "bert_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    vocab = _tiny_model_files(tmp_path)
     start = CONTEXT.index("1895")
     path = _squad_json(tmp_path / "dev.json", [
         {"id": "a", "question": "when was it ?",
@@ -234,12 +241,7 @@ def test_run_squad_v2_predict_writes_null_odds_and_v2_eval(tmp_path, tokenizer):
 def test_run_squad_predictions_equal_cut_and_padded(tmp_path):
     """Short contexts in long features: the cut run's n-best (padding never ranked) is the
     padded run's, text for text, logits within 1e-5 (issue 38)."""
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    with open(os.path.join(os.path.dirname(__file__), "..", "configs", "tiny_test.json")) as f:
-        cfg = json.load(f)
-    cfg["vocab_size"] = len(VOCAB)
-    (tmp_path / "bert_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    vocab = _tiny_model_files(tmp_path)
     contexts = [TARGET, " ".join(FILLER[:6]) + " " + TARGET, "w1 w2 w3 cafe noir w4"]
     data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
         {"context": c, "qas": [{"id": f"q{i}", "question": "when was it ?",
