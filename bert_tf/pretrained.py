@@ -38,7 +38,7 @@ from bert_tf.convert.common import casing_from_name  # noqa: F401  (API)
 from bert_tf.convert.source import Source as PretrainedSource  # noqa: F401  (API)
 from bert_tf.modeling import models as bm
 from bert_tf.modeling.encoder import BertEncoder
-from bert_tf.modeling.keras_data import KerasConventions, call_on_real_length
+from bert_tf.modeling.keras_data import KerasConventions
 from bert_tf.tokenization.text_graph import BertPreprocessingLayer
 
 TASKS = {None: BertEncoder, "pretraining": bm.BertPretrainer, "classification": bm.BertClassifier,
@@ -75,9 +75,10 @@ class BertTextModel(KerasConventions, keras.Model):
     lists or arrays (a tuple of two lists for pairs; labels as lists or arrays), and
     `export(path)` writes the text-in TF Serving SavedModel
     (`bert_tf.export.keras_export.export_model`). `fit`, `evaluate` and `predict` compute
-    each batch at its real length as the inner model declares (`bert_tf.modeling.keras_data`:
-    per-position models are cut in `predict` only, their outputs back at seq_length, 0 at
-    padding) unless `pad_to_max_seq_length` (attribute, or keyword of the three).
+    each batch at its real length as the inner model's outputs allow
+    (`bert_tf.modeling.keras_data`: per-position models are cut in `predict` only, their
+    outputs back at seq_length, 0 at padding) unless `pad_to_max_seq_length` (attribute, or
+    keyword of the three).
 
     Args:
         preprocessor: a `BertPreprocessingLayer` (vocab, casing, seq_length).
@@ -95,12 +96,6 @@ class BertTextModel(KerasConventions, keras.Model):
         # Strings never go through XLA (Keras' jit_compile="auto" would try).
         self.supports_jit = preprocessor.supports_jit = False
 
-    def _cut_spec(self):
-        # The inner model's declaration; a bare encoder's sequence outputs are per position.
-        return (getattr(self.model, "cut_in_keras", True),
-                tuple(getattr(self.model, "position_outputs",
-                              ("sequence_output", "encoder_outputs"))))
-
     @property
     def encoder(self):
         """The BertEncoder inside."""
@@ -116,11 +111,8 @@ class BertTextModel(KerasConventions, keras.Model):
     def call(self, inputs, training=None):
         texts = list(inputs) if isinstance(inputs, (list, tuple)) else inputs
         inputs = self.preprocessor(texts)
-        if self._cut_now():  # fit / evaluate / predict (strings never go through XLA)
-            out = call_on_real_length(lambda x: self.model(x, training=training), inputs,
-                                      self._cut_spec()[1])
-        else:
-            out = self.model(inputs, training=training)
+        # fit / evaluate / predict cut the inner model's call (strings never go through XLA).
+        out = self._call_cut(lambda x: self.model(x, training=training), inputs, self.model)
         if isinstance(self.model, (bm.BertClassifier, bm.BertTokenClassifier)):
             return out["logits"]
         if isinstance(self.model, bm.BertEmbedder):

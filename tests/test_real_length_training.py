@@ -71,7 +71,7 @@ def _run(tmp_path, name, loss, steps=5, **overrides):
     trainer.restore()
     feats = _features(loss, _arrays())
     history = trainer.train(finetune.arrays_dataset_fn(
-        feats, cut=finetune.cuts_batches(trainer.options, trainer.task)))
+        feats, cut=finetune.cuts_batches(trainer.options, trainer.task), task=trainer.task))
     keys = {"classification": ["logits"], "tagging": ["logits"],
             "span": ["start_logits", "end_logits"]}[loss]
     preds = finetune.predict(trainer, _features(loss, _arrays(10, seed=1)), 4, keys)
@@ -218,7 +218,7 @@ def test_keras_fit_evaluate_predict_on_ids_cut_per_batch(tmp_path):
     seen = _record_lengths(cut)
     p_cut, p_pad = cut.predict(x, batch_size=4, verbose=0), \
         pad.predict(x, batch_size=4, verbose=0, pad_to_max_seq_length=True)
-    assert seen == [None]  # traced once, cut
+    assert seen == [None, None]  # what it returns (a dynamic-length trace), then its cut step
     mask = arrays["input_mask"] > 0
     assert p_cut["logits"].shape == p_pad["logits"].shape == (12, S, 3)
     np.testing.assert_allclose(p_cut["logits"][mask], p_pad["logits"][mask], rtol=0, atol=1e-5)
@@ -350,13 +350,14 @@ def test_predict_on_batch_trace_is_not_reused_by_predict():
     first = model.predict_on_batch({k: v[:4] for k, v in x.items()})
     assert seen == [S]  # what it is given
     out = model.predict(x, batch_size=4, verbose=0)
-    assert seen == [S, None]  # predict traced its own, cut step
+    assert seen == [S, None, None]  # predict: the outputs' kinds, then its own, cut step
     mask = arrays["input_mask"][:4] > 0
     np.testing.assert_allclose(out["logits"][:4][mask], first["logits"][mask], rtol=0,
                                atol=1e-5)
     assert not out["logits"][:4][~mask].any()
-    model.predict_on_batch({k: v[:4] for k, v in x.items()})
-    assert seen == [S, None, S]
+    again = model.predict_on_batch({k: v[:4] for k, v in x.items()})
+    assert seen == [S, None, None]  # its own step again, kept: no retrace
+    np.testing.assert_array_equal(again["logits"], first["logits"])
 
 
 @pytest.mark.parametrize("text", [False, True])
@@ -412,15 +413,18 @@ def test_cut_without_keys_needs_a_static_length():
         real_length.cut({"input_mask": np.ones((1, 4), np.int32)}, 2)["input_mask"], [[1, 1]])
 
 
-def test_cut_step_is_8_without_xla_and_a_bucket_with_it():
-    plain = finetune.RunConfig(max_seq_length=128)
-    assert finetune.cut_step(plain, 128) == 8 and finetune.cut_step(plain, 512) == 8
-    xla = finetune.RunConfig(max_seq_length=128, jit_compile=True)
-    assert finetune.cut_step(xla, 128) == 16 and finetune.cut_step(xla, 512) == 32
+def test_the_policy_step_is_8_without_xla_and_a_bucket_with_it():
+    assert real_length.step(128) == 8 and real_length.step(512) == 8
+    assert real_length.step(128, xla=True) == 16 and real_length.step(512, xla=True) == 32
     assert len(real_length.length_buckets(128, 16)) == 8
+    plain = finetune.RunConfig(max_seq_length=128)
     assert finetune.cuts_batches(plain) and not finetune.cuts_batches(
         finetune.RunConfig(use_tpu=True)) and not finetune.cuts_batches(
         finetune.RunConfig(pad_to_max_seq_length=True))
+    # When to cut: never on a TPU, never padded, under XLA only when bucketed.
+    assert real_length.cuts() and real_length.cuts(xla=True, bucketed=True)
+    assert not real_length.cuts(xla=True) and not real_length.cuts(tpu=True, bucketed=True)
+    assert not real_length.cuts(pad_to_max_seq_length=True)
 
 
 def _long_arrays(n, seq, seed=0):

@@ -73,7 +73,8 @@ def _finetune_trainer(name, tok, tmp_path, jit, precision="none"):
             layer.rate = 0.0
     trainer.build_optimizer(10, 1)
     # The commands' dataset: batches cut to their real length (not span training).
-    return trainer, finetune.arrays_dataset_fn(arrays, cut=finetune.cuts_batches(cfg, task))
+    return trainer, finetune.arrays_dataset_fn(arrays, cut=finetune.cuts_batches(cfg, task),
+                                               task=task)
 
 
 def _pretraining_trainer(pattern, tmp_path, jit, precision="none"):

@@ -126,18 +126,14 @@ def checked_ids(input_word_ids, input_mask, input_type_ids, vocab_size, type_voc
                 "input_type_ids": tf.identity(types)}
 
 
-# Exports compute only a batch's real tokens: the batch is cut to its last real position + 1,
-# rounded up to a multiple of CUT_STEP (matmul tiling; a graph meets at most S / 8 lengths),
-# and sequence outputs are padded back. Padding keys get a -10000 attention bias (weight
-# exactly 0), so real-position, pooled and task outputs are those of the full length.
-CUT_STEP = 8
-# SPAN_PAD_LOGIT and restore (outputs padded back, `value` at padding) live in real_length.
-SPAN_PAD_LOGIT = rl.SPAN_PAD_LOGIT
-restore = rl.restore
+# Exports compute only a batch's real tokens, as `real_length` rules: SavedModel functions run
+# plain TF ops (TF Serving needs no XLA) and never on a TPU, so every batch is cut, rounded up
+# to `real_length.step(S)` (8: one trace serves every length).
+SPAN_PAD_LOGIT = rl.SPAN_PAD_LOGIT  # (API) what span logits hold at padding
 
 
 def cut_inputs(inputs, at_least=None):
-    """The three encoder inputs cut to the batch's real length.
+    """The encoder inputs cut to the batch's real length (`real_length.cut_inputs`).
 
     Args:
         inputs: dict of the int32 [B, S] encoder inputs (other keys are kept as they are).
@@ -146,15 +142,10 @@ def cut_inputs(inputs, at_least=None):
 
     Returns:
         (the cut dict, the length): the last real position + 1 (at least 1 and `at_least`),
-        rounded up to a multiple of CUT_STEP, at most S. A batch with a real token at position
-        S - 1 keeps its shape.
+        rounded up to a multiple of 8, at most S.
     """
-    mask = inputs["input_mask"]
-    length = rl.real_length(mask)
-    if at_least is not None:
-        length = tf.maximum(length, at_least)
-    length = rl.bucket_length(length, tf.shape(mask)[1], step=CUT_STEP)
-    return rl.cut(inputs, length, keys=list(INPUT_NAMES)), length
+    return rl.cut_inputs(inputs, at_least,
+                         step=rl.step(inputs["input_mask"].shape[1], xla=False))
 
 
 def write_saved_model(module, export_dir, signatures, metadata, before_publish=None,

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.export import common
+from bert_tf.modeling import real_length as rl
 
 
 POSITIONS_SPEC = tf.TensorSpec([None, None], tf.int32, name="masked_lm_positions")
@@ -197,10 +198,10 @@ class EncoderModule(tf.Module):
             out: the encoder's output dict.
             input_mask: the uncut int32 [B, S] mask.
         """
-        seq = lambda x: common.restore(tf.cast(x, tf.float32), input_mask)
-        return {"pooled_output": tf.cast(out["pooled_output"], tf.float32),
-                "sequence_output": seq(out["sequence_output"]),
-                "encoder_outputs": [seq(x) for x in out["encoder_outputs"]]}
+        out = {k: tf.nest.map_structure(lambda x: tf.cast(x, tf.float32), out[k])
+               for k in ("pooled_output", "sequence_output", "encoder_outputs")}
+        out["encoder_outputs"] = list(out["encoder_outputs"])
+        return rl.restore_outputs(out, input_mask)
 
     @tf.function(autograph=False)
     def __call__(self, inputs, training=False):

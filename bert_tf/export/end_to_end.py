@@ -9,10 +9,10 @@ Signatures (all outputs batch-major, so TF Serving's REST "instances" format wor
 as a plain function.
 
 Every signature computes only the batch's real tokens (cut to the last real position + 1,
-rounded up to a multiple of 8; see `common.cut_inputs`); [B, S] outputs are padded back to S,
-and every padding position (input_mask 0) holds 0.0 in sequence_output and tagging logits,
--1 / "" in tag_ids / tags / tokens, and -1e9 (`common.SPAN_PAD_LOGIT`, never a best span) in
-start_logits / end_logits.
+rounded up to a multiple of 8; `bert_tf.modeling.real_length`); [B, S] outputs are padded back
+to S, and every padding position (input_mask 0) holds 0.0 in sequence_output and tagging
+logits, what the model declares in start_logits / end_logits (-1e9, `SPAN_PAD_LOGIT`: never a
+best span), and this export's TAG_PAD (-1) / "" in tag_ids / tags / tokens.
 
 Outputs per task (B batch, S sequence, M max_masks, K top_k):
   embeddings     embedding [B, H] (pooled as asked: the pooler by default, or the masked
@@ -40,10 +40,12 @@ from bert_tf import tokenization
 from bert_tf.export import common
 from bert_tf.export.task_settings import TASKS, check_task_model, labels_for, pooling_for  # noqa: F401
 from bert_tf.modeling import models
+from bert_tf.modeling import real_length as rl
 from bert_tf.export.preprocessor import (TEXT_B_SPEC, TEXT_SPEC, TextPreprocessor,
                                          check_seq_length)
 
 MASK_LITERAL = tokenization.MASK
+TAG_PAD = -1  # what tag_ids hold at padding positions (tags and tokens hold "")
 
 
 class EndToEndModule(tf.Module):
@@ -102,6 +104,7 @@ class EndToEndModule(tf.Module):
             model, "encoder") else model
         common.ensure_built(core)
         self._core = common.Ref(core)
+        self._padding_values = common.Ref(rl.padding_values(core))  # next to its outputs
         self.model_variables = common.tf_variables(core)
         self._cfg = cfg
         self.task = task
@@ -170,7 +173,7 @@ class EndToEndModule(tf.Module):
         full = common.checked_ids(inputs["input_word_ids"], inputs["input_mask"],
                                   inputs["input_type_ids"], cfg.vocab_size,
                                   cfg.type_vocab_size, cfg.max_position_embeddings)
-        # Only the real tokens are computed; [B, S] outputs are padded back (common.restore).
+        # Only the real tokens are computed; [B, S] outputs are padded back (real_length).
         inputs, _ = common.cut_inputs(full)
         mask = full["input_mask"]
         model = self._core.obj
@@ -179,11 +182,10 @@ class EndToEndModule(tf.Module):
             return self._fill_mask(model, inputs)
         out = model(inputs, training=False)
         if task == "embeddings":
-            seq = tf.cast(out["sequence_output"], tf.float32)
             return {"embedding": models.pool(out, inputs["input_mask"], self._pooling,
                                              self._normalize),
-                    "pooled_output": tf.cast(out["pooled_output"], tf.float32),
-                    "sequence_output": common.restore(seq, mask)}
+                    **rl.restore_outputs({k: tf.cast(out[k], tf.float32) for k in (
+                        "pooled_output", "sequence_output")}, mask)}
         if task == "regression":
             return {"score": tf.cast(out["logits"], tf.float32)[:, 0]}
         if task == "classification":
@@ -194,10 +196,10 @@ class EndToEndModule(tf.Module):
                     "label": tf.gather(tf.constant(self._labels.obj), label_id)}
         if task == "tagging":
             logits = tf.cast(out["logits"], tf.float32)
-            tag_ids = common.restore(tf.argmax(logits, axis=-1, output_type=tf.int32), mask, -1)
-            tags = tf.gather(tf.constant(self._labels.obj), tf.maximum(tag_ids, 0))
-            out = {"logits": common.restore(logits, mask), "tag_ids": tag_ids,
-                   "tags": tf.where(mask > 0, tags, "")}
+            out = rl.restore_outputs({"logits": logits, "tag_ids": tf.argmax(
+                logits, axis=-1, output_type=tf.int32)}, mask, {"tag_ids": TAG_PAD})
+            tags = tf.gather(tf.constant(self._labels.obj), tf.maximum(out["tag_ids"], 0))
+            out["tags"] = tf.where(mask > 0, tags, "")
             if self.preprocessing is not None:
                 out["tokens"] = self._token_strings(full["input_word_ids"], mask)
             return out
@@ -230,11 +232,10 @@ class EndToEndModule(tf.Module):
         start_index = tf.where(found, best // n, -1)
         end_index = tf.where(found, best % n, -1)
         full_mask = full["input_mask"]
-        pad = common.SPAN_PAD_LOGIT
-        out = {"start_logits": common.restore(start, full_mask, pad),
-               "end_logits": common.restore(end, full_mask, pad),
-               "start_index": start_index, "end_index": end_index,
-               "span_score": tf.where(found, tf.reduce_max(flat, axis=1), 0.0)}
+        out = rl.restore_outputs({"start_logits": start, "end_logits": end}, full_mask,
+                                 self._padding_values.obj)
+        out.update(start_index=start_index, end_index=end_index,
+                   span_score=tf.where(found, tf.reduce_max(flat, axis=1), 0.0))
         if self.preprocessing is None:
             return out
         tokens = self._token_strings(full["input_word_ids"], full_mask)

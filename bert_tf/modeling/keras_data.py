@@ -7,20 +7,24 @@ fault in a one-line `BertError`. Text-in models take strings (a tuple of two lis
 sentence pairs); ids-in models take the dict of `input_word_ids`, `input_mask`,
 `input_type_ids`. `export(path)` writes the TF Serving export (`bert_tf.export.keras_export`).
 
-`fit`, `evaluate` and `predict` compute only the real tokens: each batch is cut to its longest
-real length (rounded up to one of `real_length.length_buckets(S)`) before the model runs.
-What is cut depends on the model's declared outputs (`position_outputs`, a class attribute):
-- models whose outputs are all pooled (classifier, embedder) are cut in all three;
-- per-position models (token classifier, span labeler) are cut in `predict` only (their
-  losses in `fit` / `evaluate` see every position): their per-position outputs come back
-  [B, S, ...] with 0 at every padding position (`SPAN_PAD_LOGIT`, -1e9, for span start/end
-  logits);
-- `BertPretrainer` is never cut (`cut_in_keras = False`: its masked-LM positions may point
-  past the cut).
+`fit`, `evaluate` and `predict` compute only the real tokens, as `real_length` rules: each
+batch is cut to its longest real length (rounded up to a multiple of 8) before the model runs.
+What is cut follows what the model returns (`real_length.output_kinds`):
+- models without per-position outputs (classifier, embedder) are cut in all three;
+- models with per-position outputs (token classifier, span labeler, a subclass returning
+  [B, S, ...]) are cut in `predict` only (their losses in `fit` / `evaluate` see every
+  position): those outputs come back [B, S, ...], padding positions holding 0 or what the
+  model declares (`padding_values`: -1e9 for span start/end logits);
+- a call given inputs beyond the encoder's (BertPretrainer's masked_lm_positions) and a model
+  whose outputs cannot be classified (logged once) are not cut.
 A direct call (and `predict_on_batch` / `train_on_batch` / `test_on_batch`) computes what it
 is given. Under XLA (Keras' `jit_compile`, which "auto" turns on for ids-in models on a GPU)
-nothing is cut: the compiled step keeps the fixed shape. `pad_to_max_seq_length=True` (a
-keyword of the three, or the model attribute) keeps the fixed shape everywhere.
+and under a strategy with several replicas nothing is cut: the compiled step keeps the fixed
+shape, and tf.distribute runs replicas in threads that do not see the call's mode.
+`pad_to_max_seq_length=True` (a keyword of the three, or the model attribute) keeps the fixed
+shape everywhere. The mode lives in the traced step: Keras' step functions are kept per mode,
+so switching between `fit` and `predict` never retraces, and another thread's direct call is
+never cut.
 """
 import contextlib
 
@@ -29,11 +33,9 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.modeling import real_length
-from bert_tf.modeling.real_length import SPAN_PAD_LOGIT
+from bert_tf.modeling.real_length import INPUT_NAMES  # noqa: F401  (API)
 
-INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
-# What restored per-position outputs hold at padding (others: 0).
-PAD_VALUES = {"start_logits": SPAN_PAD_LOGIT, "end_logits": SPAN_PAD_LOGIT}
+_KINDS = ("train", "test", "predict")  # Keras' cached step functions
 
 _PASS_THROUGH = (tf.Tensor, tf.data.Dataset, tf.RaggedTensor, tf.SparseTensor)
 
@@ -150,34 +152,6 @@ def num_examples(data):
     return int(shape[0]) if shape is not None and len(shape) and shape[0] is not None else None
 
 
-def call_on_real_length(fn, inputs, position_outputs=()):
-    """`fn(inputs)` computed on the batch cut to its real length (rounded up to one of
-    `real_length.length_buckets(S)`, S static; else a multiple of 8), the outputs named in
-    `position_outputs` restored to [B, S, ...] with 0 (`PAD_VALUES`: -1e9 for span logits) at
-    every padding position. Pooled, class and real-position outputs equal the full-length
-    computation's within float rounding.
-
-    Args:
-        fn: the model call, a function of the inputs dict, returning a dict.
-        inputs: dict with the int [B, S] encoder inputs (other keys pass unchanged).
-        position_outputs: the keys of fn's per-position outputs (a list of them is restored
-            element by element).
-    """
-    mask = tf.convert_to_tensor(inputs["input_mask"])
-    s = mask.shape[1]
-    length = real_length.real_length(mask)
-    length = (real_length.bucket_length(length, s) if s is not None else
-              real_length.bucket_length(length, tf.shape(mask)[1], step=8))
-    out = fn(real_length.cut(inputs, length, keys=[k for k in INPUT_NAMES if k in inputs]))
-
-    def restore(key, v):
-        if isinstance(v, (list, tuple)):
-            return type(v)(restore(key, x) for x in v)
-        return real_length.restore(v, mask, PAD_VALUES.get(key, 0))
-
-    return {k: restore(k, v) if k in position_outputs else v for k, v in out.items()}
-
-
 class KerasConventions:
     """keras.Model mixin: list / array data in fit, evaluate, predict, validation_data and
     direct calls, one-line errors naming the argument, and `export` for TF Serving.
@@ -191,77 +165,72 @@ class KerasConventions:
 
     _text_input = False
     pad_to_max_seq_length = False
-    # Declared by each model: the keys of its per-position outputs ([B, S, ...]); a model
-    # with any is cut in `predict` only. cut_in_keras False: never cut (BertPretrainer).
-    position_outputs = ()
-    cut_in_keras = True
-    _cutting = None  # inside fit / evaluate / predict: whether batches are cut; None: outside
-    _functions_cut = None  # the mode Keras' cached step functions were traced in; None: unknown
 
-    def _cut_now(self):
-        """Cut this call? Inside fit / evaluate / predict as they decided; a direct call
-        computes what it is given (the trainer and the exports cut before their own
-        compiled steps)."""
-        return bool(self._cutting)
-
-    def _cut_spec(self):
-        """(cut_in_keras, position_outputs) of the model that computes (a wrapper: its inner
-        model's)."""
-        return self.cut_in_keras, tuple(self.position_outputs)
-
-    def _set_mode(self, cut):
-        if self._functions_cut is None or self._functions_cut != cut:
-            # Keras caches its traced steps; one traced in the other mode (or outside ours,
-            # e.g. by predict_on_batch) must not be reused.
-            self.train_function = self.test_function = self.predict_function = None
-        self._functions_cut = self._cutting = cut
-
-    @contextlib.contextmanager
-    def _real_length(self, pad_to_max_seq_length, stage):
-        """Cut batches in this fit / evaluate / predict (`stage`) unless padded, XLA-compiled,
-        opted out, or (outside predict) per-position. Only the outermost call decides: fit's
-        own evaluate of validation_data inherits fit's mode and traced functions."""
-        if self._cutting is not None:
-            yield
-            return
+    def _mode(self, pad_to_max_seq_length, stage):
+        """The `real_length.keras_scope` mode of a fit / evaluate / predict (`stage`)."""
         pad = self.pad_to_max_seq_length if pad_to_max_seq_length is None \
             else pad_to_max_seq_length
         try:
             jit = bool(self.jit_compile)  # Keras' "auto" resolved: XLA needs static shapes
         except AttributeError:
             jit = False
-        allowed, positions = self._cut_spec()
-        self._set_mode(not pad and not jit and allowed and (stage == "predict" or not positions))
-        try:
-            yield
-        finally:
-            self._cutting = None
+        replicas = self.distribute_strategy.num_replicas_in_sync
+        if not real_length.cuts(pad_to_max_seq_length=pad, xla=jit) or replicas > 1:
+            return "off"
+        return "outputs" if stage == "predict" else "losses"
 
     @contextlib.contextmanager
-    def _uncut(self):
-        """A Keras entry that computes what it is given (the *_on_batch methods)."""
-        if self._cutting is not None:
+    def _keras_mode(self, mode):
+        """Runs a Keras entry in `mode` with the step functions traced in it (kept per mode,
+        so a switch never retraces). Only the outermost call decides: fit's evaluate of
+        validation_data inherits fit's mode and step functions."""
+        if real_length.keras_mode() is not None:
             yield
             return
-        self._set_mode(False)
+        steps = self.__dict__.setdefault("_real_length_steps", {})
+        for kind in _KINDS:
+            setattr(self, f"{kind}_function", steps.get((kind, mode)))
         try:
-            yield
+            with real_length.keras_scope(mode):
+                yield
         finally:
-            self._cutting = None
+            for kind in _KINDS:
+                fn = getattr(self, f"{kind}_function", None)
+                if fn is not None:
+                    steps[(kind, mode)] = fn
+
+    def _call_cut(self, call, inputs, model):
+        """`call(inputs)` as this thread's Keras mode says: on the real length, or (per-position
+        outputs in fit / evaluate, unclassifiable outputs) as given."""
+        mode = real_length.keras_mode()
+        kinds = None
+        if mode in ("losses", "outputs") and real_length.cuttable(inputs):
+            kinds = real_length.output_kinds(
+                call, inputs, model.__dict__.setdefault("_real_length_outputs", {}),
+                type(model).__name__)
+        if kinds is None or (kinds and mode == "losses"):
+            with real_length.keras_scope(None):  # inner models compute what they are given
+                return call(inputs)
+        return real_length.call_on_real_length(call, inputs, real_length.padding_values(model))
+
+    def compile(self, *args, **kwargs):
+        """`keras.Model.compile` (step functions of an earlier compile are dropped)."""
+        self.__dict__.pop("_real_length_steps", None)
+        return super().compile(*args, **kwargs)
 
     def train_on_batch(self, *args, **kwargs):
         """`keras.Model.train_on_batch`: computes the batch as given (never cut)."""
-        with self._uncut():
+        with self._keras_mode("off"):
             return super().train_on_batch(*args, **kwargs)
 
     def test_on_batch(self, *args, **kwargs):
         """`keras.Model.test_on_batch`: computes the batch as given (never cut)."""
-        with self._uncut():
+        with self._keras_mode("off"):
             return super().test_on_batch(*args, **kwargs)
 
     def predict_on_batch(self, *args, **kwargs):
         """`keras.Model.predict_on_batch`: computes the batch as given (never cut)."""
-        with self._uncut():
+        with self._keras_mode("off"):
             return super().predict_on_batch(*args, **kwargs)
 
     def _x(self, x, what):
@@ -300,7 +269,7 @@ class KerasConventions:
             **kwargs: its other keyword arguments.
         """
         x, y, sample_weight = self._xy(x, y, sample_weight)
-        with self._real_length(pad_to_max_seq_length, "fit"):
+        with self._keras_mode(self._mode(pad_to_max_seq_length, "fit")):
             return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                                callbacks=callbacks, validation_split=validation_split,
                                validation_data=self._validation(validation_data),
@@ -317,7 +286,7 @@ class KerasConventions:
             **kwargs: its other keyword arguments.
         """
         x, y, sample_weight = self._xy(x, y, sample_weight)
-        with self._real_length(pad_to_max_seq_length, "evaluate"):
+        with self._keras_mode(self._mode(pad_to_max_seq_length, "evaluate")):
             return super().evaluate(x, y, batch_size=batch_size, verbose=verbose,
                                     sample_weight=sample_weight, **kwargs)
 
@@ -330,7 +299,7 @@ class KerasConventions:
             pad_to_max_seq_length: as for `fit`.
             **kwargs: its other keyword arguments.
         """
-        with self._real_length(pad_to_max_seq_length, "predict"):
+        with self._keras_mode(self._mode(pad_to_max_seq_length, "predict")):
             return super().predict(self._x(x, "x"), batch_size=batch_size, verbose=verbose,
                                    **kwargs)
 
@@ -339,11 +308,11 @@ class KerasConventions:
             args = (self._x(args[0], "inputs"),) + args[1:]
         elif "inputs" in kwargs:
             kwargs["inputs"] = self._x(kwargs["inputs"], "inputs")
-        if self._cut_now() and not self._text_input and args and isinstance(args[0], dict) \
-                and "input_mask" in args[0]:
+        if real_length.keras_mode() in ("losses", "outputs") and not self._text_input \
+                and args:
             rest = args[1:]
-            return call_on_real_length(lambda x: super(KerasConventions, self).__call__(
-                x, *rest, **kwargs), args[0], self._cut_spec()[1])
+            return self._call_cut(lambda x: super(KerasConventions, self).__call__(
+                x, *rest, **kwargs), args[0], self)
         return super().__call__(*args, **kwargs)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,

@@ -22,6 +22,7 @@ from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder, dummy_inputs
 from bert_tf.modeling.heads import DenseLogitsHead, MaskedLMHead, pooled_at
 from bert_tf.modeling.keras_data import KerasConventions
+from bert_tf.modeling.real_length import SPAN_PAD_LOGIT
 
 POOLINGS = ("cls", "cls_token", "mean")
 
@@ -139,10 +140,6 @@ class BertPretrainer(BertTaskModel):
         **kwargs: `keras.Model` arguments.
     """
 
-    # Never cut in fit / evaluate / predict: masked_lm_positions may point past the cut and
-    # mlm_logits' axis 1 is P, not S.
-    cut_in_keras = False
-
     def __init__(self, encoder, **kwargs):
         super().__init__(encoder, **kwargs)
         c = self.bert_config
@@ -206,14 +203,16 @@ class BertClassifier(BertTaskModel):
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class BertSpanLabeler(BertTaskModel):
-    """SQuAD-style span extraction -> `start_logits`, `end_logits` [B, S] float32.
+    """SQuAD-style span extraction -> `start_logits`, `end_logits` [B, S] float32 (where a cut
+    batch is padded back, padding positions hold `SPAN_PAD_LOGIT`, -1e9).
 
     Args:
         encoder: the `BertEncoder`.
         **kwargs: `keras.Model` arguments.
     """
 
-    position_outputs = ("start_logits", "end_logits")  # see keras_data
+    # What padding positions of restored start/end logits hold (real_length): never a best span.
+    padding_values = {"start_logits": SPAN_PAD_LOGIT, "end_logits": SPAN_PAD_LOGIT}
 
     def __init__(self, encoder, **kwargs):
         super().__init__(encoder, **kwargs)
@@ -239,8 +238,6 @@ class BertTokenClassifier(BertTaskModel):
         labels: optional tag names in logit order (saved in the config, served by exports).
         **kwargs: `keras.Model` arguments.
     """
-
-    position_outputs = ("logits",)  # see keras_data
 
     def __init__(self, encoder, num_labels, dropout_rate=0.1, labels=None, **kwargs):
         super().__init__(encoder, **kwargs)

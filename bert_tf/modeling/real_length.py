@@ -1,18 +1,38 @@
-"""Compute only the real tokens: cut a padded batch to its longest real length, pad back after.
+"""Compute only the real tokens: the one policy for cutting a padded batch to its real length
+and padding outputs back. Every path (exports, Keras fit/evaluate/predict, the trainer's
+fine-tuning and prediction) asks this module.
 
 BERT's outputs at real positions do not depend on padding (a padded key's attention bias is
--10000, whose softmax weight underflows to exactly 0), so a batch padded to `max_seq_length`
-can be cut to `real_length(input_mask)` (the last real position + 1 over the batch) without
-changing any real-position, pooled or task output beyond float rounding.
+-10000, whose softmax weight underflows to exactly 0), so a batch padded to S can be cut to its
+last real position + 1 without changing any real-position, pooled or task output beyond float
+rounding. Real tokens need not be a prefix: a hole in the mask stays inside the cut.
 
-Two uses:
-- In-graph (serving, SavedModels, eager prediction): `real_length` on the batch, optionally
-  rounded up with `bucket_length(..., step=)`, then `cut` the inputs and `pad_back` sequence
-  outputs to the fixed length. Dynamic shapes; plain TF ops that stock TF Serving links
-  (Max, Range, Slice, Pad...).
-- Input pipelines (fine-tuning, evaluation, prediction under `tf.function`/XLA/TPU): the cut
-  length is rounded up to one of `length_buckets(max_seq_length)`, so a run compiles at most
-  8 shapes at <= 128 and at most 16 above.
+When to cut (`cuts`): never on a TPU (TPUStrategy may pad unknown dimensions; per-shape
+compilation is unverified there); never under pad_to_max_seq_length (the fixed shape was
+asked for); never where XLA compiles the step, unless the length is bucketed in the input
+pipeline (XLA needs static shapes: one compilation per bucket). Models given inputs beyond the
+encoder's three are not cut either: such inputs (masked_lm_positions) index positions that may
+lie past the cut.
+
+How to round (`step`): under XLA to `bucket_step(S)`, because each length is one compilation
+(at most 8 lengths up to 128, 16 above); everywhere else to STEP (8), because the step is
+traced once with a dynamic length, so coarser rounding only adds work (8 suits matmul tiling).
+
+What is per position (`is_position_output`): decided from what the model returns, one way
+everywhere: computed on inputs whose length is dynamic, an output whose axis 1 is dynamic too
+follows the length (it is per position); one with a static axis 1 (pooled, class, [B, C]
+outputs, whatever C is) does not. A model whose outputs are not all dense tensors cannot be
+classified: it is not cut, and that is logged once.
+
+What padding positions hold (`restore_outputs`): 0, unless the model declares otherwise next
+to its outputs (`padding_values`, e.g. `BertSpanLabeler`'s start/end logits hold
+SPAN_PAD_LOGIT). Every padding position (input_mask 0, past the cut or in a hole) holds it, so
+an output does not depend on what else was in the batch.
+
+A row with no real tokens (input_mask all 0) has nothing real to compute: its per-position
+outputs hold the padding values at every position, cut or padded. Its pooled and class outputs
+are the model's on a row of padding only, whose attention spreads over every position given:
+they follow the batch's cut length (the padded computation's follow S), so do not use them.
 
 >>> import tensorflow as tf
 >>> from bert_tf.modeling import real_length as rl
@@ -24,20 +44,52 @@ Two uses:
 >>> int(rl.bucket_length(tf.constant(17), 128))
 32
 """
+import contextlib
+import functools
+import logging
 import math
+import threading
 
 import tensorflow as tf
 
+log = logging.getLogger("bert_tf")
+
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 MASK_KEYS = ("input_mask",)  # the feature that says which positions are real
 # What start/end logits hold at padding positions of a restored output: far below any real
 # logit, so no decoder picks them; finite, so JSON carries it and a start + an end does not
 # overflow float32.
 SPAN_PAD_LOGIT = -1e9
+STEP = 8  # rounding wherever the length is dynamic (see the module docstring)
+
+
+# ---- when to cut, how to round -------------------------------------------------------------
+
+def cuts(pad_to_max_seq_length=False, tpu=False, xla=False, bucketed=False):
+    """Whether batches are cut to their real length (the rules: module docstring).
+
+    Args:
+        pad_to_max_seq_length: the fixed shape was asked for.
+        tpu: the run is on a TPU.
+        xla: the step that meets the batch is XLA-compiled.
+        bucketed: the cut length is one of `length_buckets` (cut in the input pipeline).
+    """
+    return not pad_to_max_seq_length and not tpu and (not xla or bucketed)
+
+
+def step(max_seq_length, xla=False):
+    """The rounding step of cut lengths: `bucket_step(max_seq_length)` under XLA, else STEP.
+
+    Args:
+        max_seq_length: int, the fixed (padded) length.
+        xla: the step is XLA-compiled (per shape).
+    """
+    return bucket_step(int(max_seq_length)) if xla else STEP
 
 
 def bucket_step(max_seq_length):
-    """The rounding step of `max_seq_length`: at most 8 buckets up to 128 and 16 above, each a
-    multiple of 8 (lengths that suit matmul tiling).
+    """The rounding step under XLA: at most 8 buckets up to 128 and 16 above, each a multiple
+    of 8 (lengths that suit matmul tiling).
 
     Args:
         max_seq_length: int, the fixed (padded) length.
@@ -58,12 +110,14 @@ def length_buckets(max_seq_length, step=None):
     return list(range(step, max_seq_length, step)) + [max_seq_length]
 
 
+# ---- the cut ---------------------------------------------------------------------------------
+
 def real_length(input_mask):
     """The last real position + 1 over the batch (a scalar int32 tensor, at least 1).
 
     Args:
-        input_mask: int or bool [B, S]; > 0 marks a real token. Real tokens need not be a
-            prefix: the cut keeps everything up to the last one.
+        input_mask: int, float or bool [B, S]; > 0 marks a real token. Real tokens need not
+            be a prefix: the cut keeps everything up to the last one.
     """
     mask = tf.convert_to_tensor(input_mask)
     real = tf.cast(mask > tf.zeros([], mask.dtype), tf.int32) if mask.dtype != tf.bool \
@@ -88,7 +142,7 @@ def bucket_length(length, max_seq_length, step=None):
 
 
 def cut(features, length, keys=None):
-    """`features` with every [B, S, ...] value cut to [B, length, ...].
+    """`features` with the named [B, S, ...] values cut to [B, length, ...].
 
     Args:
         features: dict of tensors.
@@ -108,51 +162,27 @@ def cut(features, length, keys=None):
     return out
 
 
-def pad_back(x, seq_length, value=0):
-    """A [B, L, ...] tensor padded on axis 1 to `seq_length` with `value` (the inverse of `cut`
-    for outputs: positions past the cut hold `value`).
+def cut_inputs(inputs, at_least=None, step=STEP):
+    """The encoder inputs of `inputs` cut to the batch's real length.
 
     Args:
-        x: tensor of rank >= 2.
-        seq_length: int or scalar int tensor, the length to restore.
-        value: the padding value (0 for hidden states, e.g. -10000 for logits).
+        inputs: dict with the int [B, S] encoder inputs (other keys are kept as they are).
+        at_least: optional scalar int32 tensor, a length to keep anyway (masked-LM positions
+            past the real tokens must stay in range).
+        step: the rounding step (`step()`).
+
+    Returns:
+        (the cut dict, the length): the last real position + 1 (at least 1 and `at_least`),
+        rounded up to a multiple of `step`, at most S. A batch with a real token at position
+        S - 1 keeps its shape.
     """
-    x = tf.convert_to_tensor(x)
-    extra = tf.maximum(tf.cast(seq_length, tf.int32) - tf.shape(x)[1], 0)
-    paddings = tf.concat([[[0, 0], [0, extra]], tf.zeros([tf.rank(x) - 2, 2], tf.int32)], 0)
-    out = tf.pad(x, paddings, constant_values=tf.cast(value, x.dtype))
-    if isinstance(seq_length, int):
-        out = tf.ensure_shape(out, [x.shape[0], seq_length] + x.shape[2:].as_list())
-    return out
-
-
-def restore(x, input_mask, value=0, seq_length=None):
-    """A [B, L, ...] output of a cut batch back to [B, S, ...]; every padding position
-    (input_mask 0, past the cut or not) holds `value`, so an output does not depend on what
-    else was in the batch.
-
-    Args:
-        x: tensor [B, L, ...], L <= S.
-        input_mask: int [B, S] mask (the uncut one), or the cut [B, L] one with `seq_length`.
-        value: what padding positions hold (0 for hidden states; see SPAN_PAD_LOGIT).
-        seq_length: S (None: input_mask's length).
-    """
-    x = tf.convert_to_tensor(x)
-    input_mask = tf.convert_to_tensor(input_mask)
-    if seq_length is None:
-        seq_length = tf.shape(input_mask)[1]
-        static = input_mask.shape[1]
-    else:
-        static = seq_length if isinstance(seq_length, int) else None
-        input_mask = pad_back(input_mask, seq_length, 0)
-    full = pad_back(x, seq_length, value)
-    keep = input_mask > 0
-    for _ in range(x.shape.rank - 2):
-        keep = keep[..., None]
-    out = tf.where(keep, full, tf.cast(value, x.dtype))
-    batch = x.shape[0] if x.shape[0] is not None else input_mask.shape[0]
-    out.set_shape(tf.TensorShape([batch, static]).concatenate(x.shape[2:]))
-    return out
+    mask = inputs["input_mask"]
+    length = real_length(mask)
+    if at_least is not None:
+        length = tf.maximum(length, at_least)
+    s = mask.shape[1] if mask.shape[1] is not None else tf.shape(mask)[1]
+    length = bucket_length(length, s, step=step)
+    return cut(inputs, length, keys=[k for k in INPUT_NAMES if k in inputs]), length
 
 
 def _seq_dim(features):
@@ -167,30 +197,231 @@ def _is_sequence(v, seq):
     return shape is not None and len(shape) >= 2 and seq is not None and shape[1] == seq
 
 
-def cut_batch_fn(max_seq_length, keys=None, step=None):
-    """A `tf.data` map function: each batch (a dict, or a (features, labels[, weights]) tuple)
-    cut to its `bucket_length(real_length(input_mask))`.
+def cut_batch_fn(max_seq_length, step=None, keys=INPUT_NAMES, cover=()):
+    """A `tf.data` map function: each batch cut to `bucket_length(real_length(input_mask))`.
 
-    Labels and weights of shape [B, S] (token tagging) are cut with the features.
+    Features are cut by name, never by shape: a [B, S] label that is not per position (a
+    multi-label target with S classes) is never cut by coincidence.
 
     Args:
         max_seq_length: int, the records' fixed length.
-        keys: feature keys to cut (None: every [B, max_seq_length, ...] value).
         step: rounding step (None: `bucket_step(max_seq_length)`).
-    """
-    def _cut_value(v, length):
-        if getattr(v, "shape", None) is not None and len(v.shape) >= 2 \
-                and v.shape[1] == max_seq_length:
-            return v[:, :length]
-        return v
+        keys: the per-position features to cut (default: the encoder inputs; a tagging task
+            adds its label_ids and label_weights).
+        cover: features among `keys` whose nonzero positions the cut keeps (tagging's
+            label_weights): a label past the last real token is kept, never dropped.
 
+    The batch is a dict, or a tuple whose first element is the features dict (the rest pass
+    unchanged).
+    """
     def fn(*batch):
-        first = batch[0]
-        mask = first["input_mask"]
-        length = bucket_length(real_length(mask), max_seq_length, step)
-        feats = {k: (v[:, :length] if (keys is None and _is_sequence(v, max_seq_length))
-                     or (keys is not None and k in keys) else v) for k, v in first.items()}
-        rest = tuple(tf.nest.map_structure(lambda v: _cut_value(v, length), b)
-                     for b in batch[1:])
-        return (feats,) + rest if rest else feats
+        feats = batch[0]
+        for k in keys:
+            if k in feats and feats[k].shape[1] not in (None, max_seq_length):
+                raise ValueError(f"cut_batch_fn: {k} has shape {feats[k].shape}, not "
+                                 f"[batch, {max_seq_length}, ...]")
+        length = real_length(feats["input_mask"])
+        for k in cover:
+            if k in feats:
+                w = tf.abs(feats[k])
+                w = tf.reduce_max(w, axis=list(range(2, len(w.shape)))) if len(w.shape) > 2 \
+                    else w
+                length = tf.maximum(length, real_length(w))
+        length = bucket_length(length, max_seq_length, step)
+        feats = cut(feats, length, keys=[k for k in keys if k in feats])
+        return (feats,) + tuple(batch[1:]) if len(batch) > 1 else feats
     return fn
+
+
+# ---- outputs ----------------------------------------------------------------------------------
+
+def is_position_output(x):
+    """Whether output `x` of a call on inputs of dynamic length is per position: its axis 1
+    is dynamic too (the one rule; see the module docstring).
+
+    Args:
+        x: a tensor or TensorSpec.
+    """
+    return x.shape.rank is not None and x.shape.rank >= 2 and x.shape[1] is None
+
+
+def classifiable(outputs):
+    """Whether every output is a dense tensor (or spec) of known rank."""
+    return all(isinstance(x, (tf.Tensor, tf.TensorSpec)) and x.shape.rank is not None
+               for x in tf.nest.flatten(outputs))
+
+
+def padding_values(model):
+    """What a model declares its per-position outputs hold at padding ({key: value}; others
+    hold 0): the model's, or its inner model's, `padding_values` attribute."""
+    for m in (model, getattr(model, "model", None)):
+        values = getattr(m, "padding_values", None)
+        if values is not None:
+            return dict(values)
+    return {}
+
+
+def pad_back(x, seq_length, value=0):
+    """A [B, L, ...] tensor padded on axis 1 to `seq_length` with `value` (the inverse of `cut`
+    for outputs: positions past the cut hold `value`).
+
+    Args:
+        x: tensor of rank >= 2.
+        seq_length: int or scalar int tensor, the length to restore.
+        value: the padding value.
+    """
+    x = tf.convert_to_tensor(x)
+    extra = tf.maximum(tf.cast(seq_length, tf.int32) - tf.shape(x)[1], 0)
+    paddings = tf.concat([[[0, 0], [0, extra]], tf.zeros([tf.rank(x) - 2, 2], tf.int32)], 0)
+    out = tf.pad(x, paddings, constant_values=tf.cast(value, x.dtype))
+    if isinstance(seq_length, int):
+        out = tf.ensure_shape(out, [x.shape[0], seq_length] + x.shape[2:].as_list())
+    return out
+
+
+def restore(x, input_mask, value=0, seq_length=None):
+    """A [B, L, ...] output of a cut batch back to [B, S, ...]; every padding position
+    (input_mask 0, past the cut or not) holds `value`.
+
+    Args:
+        x: tensor [B, L, ...], L <= S.
+        input_mask: [B, S] mask (the uncut one), or the cut [B, L] one with `seq_length`.
+        value: what padding positions hold (cast to x's dtype).
+        seq_length: S (None: input_mask's length).
+    """
+    x = tf.convert_to_tensor(x)
+    input_mask = tf.convert_to_tensor(input_mask)
+    if seq_length is None:
+        seq_length = tf.shape(input_mask)[1]
+        static = input_mask.shape[1]
+    else:
+        static = seq_length if isinstance(seq_length, int) else None
+        input_mask = pad_back(input_mask, seq_length, 0)
+    full = pad_back(x, seq_length, value)
+    keep = input_mask > tf.zeros([], input_mask.dtype) if input_mask.dtype != tf.bool \
+        else input_mask
+    for _ in range(x.shape.rank - 2):
+        keep = keep[..., None]
+    out = tf.where(keep, full, tf.cast(value, x.dtype))
+    batch = x.shape[0] if x.shape[0] is not None else input_mask.shape[0]
+    out.set_shape(tf.TensorShape([batch, static]).concatenate(x.shape[2:]))
+    return out
+
+
+def restore_outputs(outputs, input_mask, values=None, seq_length=None):
+    """Every per-position output (`is_position_output`) of a cut call restored with `restore`;
+    the others unchanged.
+
+    Args:
+        outputs: a tensor, or a dict of tensors or of lists of tensors.
+        input_mask: as for `restore`.
+        values: {output key: what its padding positions hold} (`padding_values`; others 0).
+        seq_length: as for `restore`.
+    """
+    values = values or {}
+
+    def one(key, x):
+        if isinstance(x, (list, tuple)):
+            return type(x)(one(key, v) for v in x)
+        if not is_position_output(x):
+            return x
+        return restore(x, input_mask, values.get(key, 0), seq_length)
+
+    if isinstance(outputs, dict):
+        return {k: one(k, v) for k, v in outputs.items()}
+    return one(None, outputs)
+
+
+# ---- a model call on the real length --------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _log_once(what, why):
+    log.warning("%s: computed at full length (%s)", what, why)
+
+
+def cuttable(inputs, what="model"):
+    """Whether a model call on `inputs` may be cut: only the encoder inputs are given, as
+    tensors (inputs that index positions, like masked_lm_positions, may point past the cut)."""
+    if not isinstance(inputs, dict) or "input_mask" not in inputs:
+        return False
+    if not all(isinstance(v, tf.Tensor) for v in inputs.values()):
+        return False  # symbolic (KerasTensor) or host values: Keras' own business
+    return set(inputs) <= set(INPUT_NAMES)
+
+
+def output_kinds(call, inputs, cache, what="model"):
+    """The keys of `call`'s per-position outputs (a tuple; () for none), or None when they
+    cannot be classified (logged once). Found by tracing `call` on inputs of dynamic length
+    (cached in `cache` by the inputs' keys and dtypes).
+
+    Args:
+        call: the model call, a function of the inputs dict.
+        inputs: dict of [B, S] tensors.
+        cache: a dict owned by the model.
+        what: the model's name, for the log.
+    """
+    key = tuple(sorted((k, v.dtype.name) for k, v in inputs.items()))
+    if key not in cache:
+        spec = {k: tf.TensorSpec([None, None], v.dtype) for k, v in inputs.items()}
+        try:
+            with keras_scope(None):
+                out = tf.function(call, autograph=False).get_concrete_function(
+                    spec).structured_outputs
+        except Exception as e:  # noqa: BLE001  (any failure: no cut, said once)
+            out, why = None, f"its outputs cannot be traced on a dynamic length: {e}"
+        else:
+            why = "its outputs are not all dense tensors"
+        if out is None or not classifiable(out):
+            _log_once(what, f"cannot tell which outputs are per position; {why}")
+            cache[key] = None
+        else:
+            flat = out.items() if isinstance(out, dict) else [(None, out)]
+            cache[key] = tuple(k for k, v in flat
+                               if any(is_position_output(x) for x in tf.nest.flatten(v)))
+    return cache[key]
+
+
+def call_on_real_length(call, inputs, values=None, step=STEP):
+    """`call(inputs)` computed on the batch cut to its real length, its per-position outputs
+    restored to [B, S, ...] (`restore_outputs`). Pooled, class and real-position outputs equal
+    the full-length computation's within float rounding.
+
+    Args:
+        call: the model call, a function of the inputs dict, returning a dict or a tensor.
+        inputs: dict of the int [B, S] encoder inputs.
+        values: `padding_values` of the model.
+        step: the rounding step.
+    """
+    mask = tf.convert_to_tensor(inputs["input_mask"])
+    short, _ = cut_inputs(inputs, step=step)
+    with keras_scope(None):  # an inner model computes what it is given
+        out = call(short)
+    return restore_outputs(out, mask, values)
+
+
+# ---- the Keras mode: in the traced step, per thread -------------------------------------------
+
+# Inside Keras fit / evaluate / predict: the mode of the step being traced. Thread-local, so a
+# direct `model(x)` in another thread is never cut, and read while Keras traces its step, so
+# each traced step function holds its mode (KerasConventions caches one per mode).
+_keras = threading.local()
+# Modes: "losses" (fit / evaluate: cut only models without per-position outputs, whose
+# losses would otherwise see different positions), "outputs" (predict: cut every classifiable
+# model, per-position outputs restored), "off" (inside, not cut). None: outside all three.
+KERAS_MODES = ("losses", "outputs", "off")
+
+
+def keras_mode():
+    """The mode this thread's Keras step is traced in (None: not inside fit/evaluate/predict)."""
+    return getattr(_keras, "mode", None)
+
+
+@contextlib.contextmanager
+def keras_scope(mode):
+    """Sets this thread's Keras mode for the block (None: a direct call, never cut)."""
+    before = keras_mode()
+    _keras.mode = mode
+    try:
+        yield
+    finally:
+        _keras.mode = before

@@ -20,9 +20,11 @@ log = logging.getLogger("bert_tf.tasks")
 
 
 PAD_HELP = ("Compute every batch at --max_seq_length (the original's single fixed shape; "
-            "always so on TPUs). Default: each batch is cut to its longest real length, "
-            "rounded up to a multiple of 8 (with --jit_compile to one of at most 8 lengths, 16 "
-            "above 128), with the same results.")
+            "always so on TPUs and in SQuAD training). Default: each batch is cut to its "
+            "longest real length, rounded up to a multiple of 8 (with --jit_compile to one of "
+            "at most 8 lengths, 16 above 128). With dropout off (eval, predict) results equal "
+            "the fixed shape's within 1e-5; with dropout on (training's default) the dropout "
+            "masks follow the batch shape, so the two train differently, equally well.")
 
 
 @dataclasses.dataclass
@@ -37,7 +39,7 @@ class RunConfig(TrainerOptions):
         do_export: export an end-to-end text-in SavedModel after training.
         pad_to_max_seq_length: keep every batch max_seq_length wide (one compiled shape);
             default (not on TPUs): each batch is cut to its longest real length, rounded up
-            by `cut_step`.
+            by `real_length.step`.
         See TrainerOptions for the rest.
     """
     max_seq_length: int = flag(128, "The maximum total input sequence length after WordPiece "
@@ -151,6 +153,8 @@ class FinetuneTask(Task):
     `cut_training`: whether training batches are cut to their real length. Not for spans:
     the original's start/end softmax runs over every position, padding included, so cutting
     would change the loss (predictions are cut: they read real positions only).
+    `position_features`: the [B, S] label features cut with the inputs (tagging's);
+    `cover_features`: those whose weighted positions the cut keeps (`real_length.cut_batch_fn`).
 
     Args:
         cfg: the task's RunConfig subclass (vocab_file/do_lower_case for the export).
@@ -165,6 +169,10 @@ class FinetuneTask(Task):
             raise ValueError(f"unknown loss {loss!r}")
         self.cfg, self.loss_name, self.labels = cfg, loss, labels
         self.cut_training = loss != "span"
+        # Per-position label features, cut with the inputs by name; a weighted label past the
+        # last real token keeps the cut long enough to hold it.
+        self.position_features = ("label_ids", "label_weights") if loss == "tagging" else ()
+        self.cover_features = ("label_weights",) if loss == "tagging" else ()
 
     def normalizers(self, batch):
         """{"weight": examples in the batch, or labelled tokens for tagging}."""
@@ -198,9 +206,8 @@ class FinetuneTask(Task):
 
 
 def cuts_batches(options, task=None, strategy=None):
-    """Whether batches are cut to their real length: not --pad_to_max_seq_length, not on a
-    TPU (per-shape compilation is unverified there: TPUStrategy may pad unknown dimensions),
-    and for training a task whose loss does not see padding.
+    """Whether batches are cut to their real length (`real_length.cuts`; bucketed under
+    --jit_compile); for training, only a task whose loss does not see padding.
 
     Args:
         options: the RunConfig (or any options; without the field: cut).
@@ -208,38 +215,27 @@ def cuts_batches(options, task=None, strategy=None):
         strategy: the tf.distribute.Strategy the run uses (a TPUStrategy passed as an object
             counts as a TPU too).
     """
+    from bert_tf.modeling import real_length
     from bert_tf.training import distribute
     tpu = getattr(options, "use_tpu", False) or getattr(options, "strategy", None) == "tpu" \
         or (strategy is not None and distribute.is_tpu(strategy))
-    return not getattr(options, "pad_to_max_seq_length", False) and not tpu and \
-        getattr(task, "cut_training", True)
+    return real_length.cuts(getattr(options, "pad_to_max_seq_length", False), tpu=tpu,
+                            xla=bool(getattr(options, "jit_compile", False)),
+                            bucketed=True) and getattr(task, "cut_training", True)
 
 
-def cut_step(options, max_seq_length):
-    """The rounding step of cut lengths: under XLA (--jit_compile) `bucket_step`, so a run
-    compiles at most 8 shapes at <= 128 and 16 above; else 8 (the plain step is traced once
-    with a None length, so coarser rounding would only cost time).
-
-    Args:
-        options: the RunConfig (its jit_compile).
-        max_seq_length: int, the records' length.
-    """
-    from bert_tf.modeling import real_length
-    if getattr(options, "jit_compile", False):
-        return real_length.bucket_step(int(max_seq_length))
-    return 8
-
-
-def arrays_dataset_fn(features, cut=False, step=None):
+def arrays_dataset_fn(features, cut=False, step=None, task=None):
     """The trainer's dataset_fn over in-memory arrays: shuffled, repeated, full batches only
     (static batch size), each input pipeline its own share.
 
     Args:
         features: dict of NumPy arrays with a leading example axis.
-        cut: cut each batch (its [B, S] features and labels) to its longest real length,
-            rounded up to one of `real_length.length_buckets(S, step)`: the same batches in
-            the same order, a bounded set of shapes.
-        step: the rounding step (`cut_step`; None: `real_length.bucket_step(S)`).
+        cut: cut each batch to its longest real length, rounded up to one of
+            `real_length.length_buckets(S, step)`: the same batches in the same order, a
+            bounded set of shapes. Features are cut by name: the encoder inputs and the
+            task's `position_features`.
+        step: the rounding step (`real_length.step`; None: `real_length.bucket_step(S)`).
+        task: the FinetuneTask (its `position_features`, `cover_features`).
     """
     def fn(ctx, batch_size, seed, skip_batches):
         import tensorflow as tf
@@ -256,8 +252,10 @@ def arrays_dataset_fn(features, cut=False, step=None):
         if skip_batches:  # a resumed run continues the same stream
             ds = ds.skip(skip_batches)
         if cut:
-            ds = ds.map(real_length.cut_batch_fn(int(features["input_mask"].shape[1]),
-                                                 step=step))
+            ds = ds.map(real_length.cut_batch_fn(
+                int(features["input_mask"].shape[1]), step=step,
+                keys=INPUT_NAMES + tuple(getattr(task, "position_features", ())),
+                cover=tuple(getattr(task, "cover_features", ()))))
         return ds.prefetch(tf.data.AUTOTUNE)
     return fn
 
@@ -284,12 +282,13 @@ def train(trainer, features, num_train_steps, num_warmup_steps):
     Returns:
         The mean loss of the last loop (None when the checkpoint is already there).
     """
+    from bert_tf.modeling import real_length
     trainer.build_optimizer(num_train_steps, num_warmup_steps)
     trainer.restore()
-    seq_length = int(features["input_mask"].shape[1])
+    o = trainer.options
     history = trainer.train(arrays_dataset_fn(
-        features, cut=cuts_batches(trainer.options, trainer.task, trainer.strategy),
-        step=cut_step(trainer.options, seq_length)))
+        features, cut=cuts_batches(o, trainer.task, trainer.strategy), task=trainer.task,
+        step=real_length.step(features["input_mask"].shape[1], xla=bool(o.jit_compile))))
     if not history:
         return None
     log.info("trained to step %d, loss %.4f", history[-1]["step"], history[-1]["loss"])
@@ -315,9 +314,10 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
     The last batch is padded to full size (and the padding dropped from its outputs), and the
     iterator is never run to its end (ending a distributed iterator costs about a second).
     Unless --pad_to_max_seq_length or a TPU, each batch is cut to its real length (rounded up
-    to a multiple of `cut_step`) and per-position outputs come back [N, S, ...]: every
-    padding position (input_mask 0) holds 0, or `real_length.SPAN_PAD_LOGIT` for start/end
-    logits, whatever the batch.
+    to a multiple of 8: the prediction step is not XLA-compiled) and per-position outputs
+    (`real_length.output_kinds`) come back [N, S, ...]: every padding position (input_mask 0)
+    holds 0, or what the model declares (`real_length.SPAN_PAD_LOGIT` for start/end logits),
+    whatever the batch. A model whose outputs cannot be classified is not cut (logged once).
 
     Args:
         trainer: from make_trainer (restored).
@@ -340,10 +340,13 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
         inputs = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
                   for k, v in inputs.items()}
     ds = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
-    cut = cuts_batches(trainer.options, strategy=trainer.strategy)
+    model = trainer.model
+    cut = cuts_batches(trainer.options, strategy=trainer.strategy) and real_length.output_kinds(
+        lambda x: model(x, training=False), inputs,
+        model.__dict__.setdefault("_real_length_outputs", {}), type(model).__name__) is not None
     if cut:
         ds = ds.map(real_length.cut_batch_fn(int(seq_length),
-                                             step=cut_step(trainer.options, seq_length)))
+                                             step=real_length.step(seq_length, xla=False)))
     dist = trainer.strategy.experimental_distribute_dataset(ds)
     step = _predict_step(trainer, tuple(output_keys), dist.element_spec,
                          int(seq_length) if cut else None)
@@ -367,17 +370,13 @@ def _predict_step(trainer, output_keys, element_spec, seq_length):
     key = (output_keys, seq_length, repr(element_spec))
     if key not in cache:
         strategy, model = trainer.strategy, trainer.model
-        pad_values = {"start_logits": real_length.SPAN_PAD_LOGIT,
-                      "end_logits": real_length.SPAN_PAD_LOGIT}
+        values = real_length.padding_values(model)
 
         def replica(batch):
             out = model(batch, training=False)
             out = {k: out[k] for k in output_keys}
             if seq_length:  # back to S in the replica: replicas cut to different lengths
-                out = {k: real_length.restore(v, batch["input_mask"], pad_values.get(k, 0),
-                                              seq_length)
-                       if v.shape.rank >= 2 and v.shape[1] is None else v
-                       for k, v in out.items()}
+                out = real_length.restore_outputs(out, batch["input_mask"], values, seq_length)
             return out
 
         @tf.function(input_signature=[element_spec])
