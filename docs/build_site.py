@@ -4,7 +4,10 @@
 
 The site is README.md (the home page), the shipped guides (bert_tf/resources/docs/, in
 bert_tf.resources.GUIDES order), an API reference that mkdocstrings renders from the docstrings,
-and one page per command with its flags (the command's own --help, run at build time). The
+and one page per command with its flags (the command's own --help, run at build time), also
+for each runnable module the guides recommend (`python -m ...`). The sidebar (the readthedocs
+theme's) lists every page, so the main entry points (`from_pretrained`, `BertConfig`,
+`BertEncoder`, the task models, each command) are one click from any page. The
 pages are laid out as in the repository (README.md at the top, the guides under
 bert_tf/resources/docs/), so the README's relative links work on GitHub and in the site alike.
 mkdocs runs with --strict: a warning (a broken link or anchor, a docstring that does not
@@ -32,12 +35,17 @@ sys.path.insert(0, ROOT)
 from bert_tf import commands, resources  # noqa: E402  (no TensorFlow import)
 
 GUIDES_DIR = "bert_tf/resources/docs"
-# Reference page -> (title, what it documents: `::: object` identifiers; a package that
-# re-exports its submodules' functions names them after a colon).
+# Reference page -> (title in the sidebar, what it documents: `::: object` identifiers; a
+# package that re-exports its submodules' functions names them after a colon; `module!name`
+# is the module without `name`, for a page that shows its entry point first).
 REFERENCE = {
-    "from_pretrained": ("from_pretrained", ["bert_tf.pretrained"]),
-    "models": ("Models and config", ["bert_tf.modeling.config", "bert_tf.modeling.encoder",
-                                     "bert_tf.modeling.models"]),
+    "from_pretrained": ("from_pretrained", ["bert_tf.pretrained.from_pretrained",
+                                            "bert_tf.pretrained!from_pretrained"]),
+    "config": ("BertConfig", ["bert_tf.modeling.config.BertConfig",
+                              "bert_tf.modeling.config!BertConfig"]),
+    "encoder": ("BertEncoder", ["bert_tf.modeling.encoder.BertEncoder",
+                                "bert_tf.modeling.encoder!BertEncoder"]),
+    "models": ("Task models", ["bert_tf.modeling.models"]),
     "layers": ("Layers and heads", ["bert_tf.modeling.layers", "bert_tf.modeling.heads"]),
     "export": ("Export", ["bert_tf.export:export_preprocessor,export_encoder,export_end_to_end,"
                           "export_for_serving,next_version,write_models_config,"
@@ -50,6 +58,16 @@ REFERENCE = {
     "tokenization": ("Tokenization", ["bert_tf.tokenization", "bert_tf.tokenization.text_graph"]),
     "resources": ("Shipped files", ["bert_tf.resources"]),
 }
+# Runnable modules the guides recommend that are no console command: page -> (title, module).
+# Their flags page is `python -m module --help`, run at build time (None: no flags; the page
+# says how it is called).
+MODULES = {
+    "vocab_builder": ("python -m bert_tf.tokenization.vocab_builder",
+                      "bert_tf.tokenization.vocab_builder"),
+    "resources": ("python -m bert_tf.resources", "bert_tf.resources"),
+}
+# Commands that also run as another module than their own (`python -m bert_tf.convert`).
+ALSO_MODULE = {"bert-convert": "bert_tf.convert"}
 MKDOCSTRINGS_OPTIONS = {
     "docstring_style": "google",
     # Parameters as a list ("name – what it is"): the signatures carry no annotations, so a
@@ -190,11 +208,47 @@ def command_help(name, module):
 
 
 def directive(obj):
-    """mkdocstrings' `::: object` (with the members to show, for `package:a,b`)."""
+    """mkdocstrings' `::: object` (with the members to show, for `package:a,b`; without
+    `name`, for `module!name`)."""
+    if "!" in obj:
+        name, _, left_out = obj.partition("!")
+        filters = MKDOCSTRINGS_OPTIONS["filters"] + [f"!^{n}$" for n in left_out.split(",")]
+        return f"::: {name}\n    options:\n      filters: {filters}"
     name, _, members = obj.partition(":")
     if not members:
         return f"::: {name}"
     return f"::: {name}\n    options:\n      members: [{members}]"
+
+
+def module_help(module):
+    """`python -m module --help` (paths of the build machine left out)."""
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                          text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                          timeout=120)
+    text = proc.stdout + proc.stderr
+    if proc.returncode != 0 or not text.strip():
+        sys.exit(f"error: python -m {module} --help failed (exit {proc.returncode}):\n{text}")
+    lines = []
+    for line in text.splitlines():
+        if line.endswith(".py:") and not line.startswith(" "):  # absl's module heading
+            line = f"python -m {module}:"
+        lines.append(line.replace(ROOT + os.sep, "").rstrip())
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def module_page(title, module):
+    """The Markdown of a runnable module's page: its --help, or (bert_tf.resources, which
+    takes a guide's name and no flags) how it is called."""
+    if module == "bert_tf.resources":
+        rows = "\n".join(f"| `{name}` | {what} |" for name, (_, what, _) in
+                         resources.GUIDES.items())
+        return (f"# {title}\n\n`python -m bert_tf.resources` takes no flags: alone it lists "
+                f"the guides installed with the package (their paths on your machine); with a "
+                f"guide's name it prints that guide.\n\n```text\nusage: python -m "
+                f"bert_tf.resources [{'|'.join(resources.GUIDES)}]\n```\n\n"
+                f"| guide | what |\n|---|---|\n{rows}\n")
+    return (f"# {title}\n\nThe flags of `{title}`, as its `--help` prints them.\n\n"
+            f"```text\n{module_help(module)}```\n")
 
 
 LIST_ITEM = re.compile(r"^(?:[-*+]|\d+\.) ")
@@ -248,11 +302,17 @@ def stage(src, extra_pages=None, reference=True):
         reference.append({title: f"reference/{page}.md"})
     flags = []
     for name, module in commands.COMMANDS.items():
+        also = " or ".join(f"`python -m {m}`" for m in (ALSO_MODULE.get(name), module) if m)
         with open(os.path.join(src, "reference", "commands", name + ".md"), "w",
                   encoding="utf-8") as f:
-            f.write(f"# {name}\n\nThe flags of `{name}` (also `python -m {module}`), as its "
+            f.write(f"# {name}\n\nThe flags of `{name}` (also {also}), as its "
                     f"`--help` prints them.\n\n```text\n{command_help(name, module)}```\n")
         flags.append({name: f"reference/commands/{name}.md"})
+    for page, (title, module) in MODULES.items():
+        with open(os.path.join(src, "reference", "commands", page + ".md"), "w",
+                  encoding="utf-8") as f:
+            f.write(module_page(title, module))
+        flags.append({title: f"reference/commands/{page}.md"})
     return [{"Home": "index.md"}, {"Guides": guides}, {"API reference": reference},
             {"Commands": flags}]
 
@@ -263,6 +323,17 @@ def write_css(src):
     os.makedirs(os.path.join(src, "css"))
     css = HtmlFormatter(style="default").get_style_defs(".highlight") + """
 .highlight pre { padding: .5em; }
+/* Room for a command's --help lines (about 100 columns) beside the sidebar. */
+.wy-nav-content { max-width: 1000px; }
+/* Table cells wrap (the theme keeps each on one line and scrolls the table). */
+.wy-table-responsive table td, .wy-table-responsive table th { white-space: normal; }
+/* Signatures wrap at the page's width, never clipped or scrolled; continuation lines are
+   indented under the name. */
+.doc-signature pre, .doc-signature pre code {
+  white-space: pre-wrap !important; overflow-wrap: anywhere !important;
+  word-break: normal !important; overflow-x: visible !important;
+}
+.doc-signature pre code { padding-left: calc(12px + 2em) !important; text-indent: -2em; }
 table.docstring-table td { padding: .2em .8em .2em 0; vertical-align: top; }
 table.docstring-table td:first-child { white-space: nowrap; font-weight: bold; }
 """
@@ -272,7 +343,8 @@ table.docstring-table td:first-child { white-space: nowrap; font-weight: bold; }
 
 
 def build(site_dir, extra_pages=None, reference=True):
-    """Builds the site into `site_dir`; returns the number of HTML pages (404 page left out).
+    """Builds the site into `site_dir`; returns the number of HTML pages (the theme's 404 and
+    search pages left out).
 
     Args:
         site_dir: where the site goes.
@@ -292,7 +364,9 @@ def build(site_dir, extra_pages=None, reference=True):
             "use_directory_urls": False,
             # Code is highlighted at build time by Pygments (the theme's highlight.js would
             # come from a CDN).
-            "theme": {"name": "mkdocs", "highlightjs": False, "locale": "en"},
+            # readthedocs: a sidebar with every page (the mkdocs theme hides them in menus).
+            "theme": {"name": "readthedocs", "highlightjs": False, "locale": "en",
+                      "navigation_depth": 2, "collapse_navigation": True},
             "extra_css": [write_css(src)],
             "nav": stage(src, extra_pages, reference),
             "markdown_extensions": ["tables", {"pymdownx.highlight": {"use_pygments": True}},
@@ -316,7 +390,7 @@ def build(site_dir, extra_pages=None, reference=True):
             sys.stderr.write(proc.stdout + proc.stderr)
             sys.exit(f"error: mkdocs build --strict failed (exit {proc.returncode})")
     pages = [os.path.join(d, f) for d, _, files in os.walk(site_dir) for f in files
-             if f.endswith(".html") and f != "404.html"]
+             if f.endswith(".html") and not (d == site_dir and f in ("404.html", "search.html"))]
     return len(pages)
 
 

@@ -306,21 +306,23 @@ def world(tmp_path_factory):
     run(Options(input_file=f"{w}/corpus.txt", vocab_file=hf_vocab,  # for the HF model
                 output_file=f"{w}/data/train.tfrecord", max_seq_length=128,
                 max_predictions_per_seq=20, dupe_factor=1, random_seed=12345))
-    # The exports the Python blocks load (the demo's names, export/README's, docs' `exports/`).
+    # The exports the Python blocks load (the demo's names under export/, the serving
+    # guide's under models/).
     vocab_file = f"{rel}/vocab.txt"
-    export.export_preprocessor(vocab_file, True, f"{w}/exports/preprocessor", seq_length=32)
-    export.export_encoder(pretrainer, f"{w}/exports/encoder", vocab_file=vocab_file,
+    export.export_preprocessor(vocab_file, True, f"{w}/models/bert_preprocessor/1",
+                               seq_length=32)
+    export.export_encoder(pretrainer, f"{w}/models/bert_encoder/1", vocab_file=vocab_file,
                           do_lower_case=True)
-    shutil.copytree(f"{w}/exports/preprocessor", f"{w}/export/bert_demo_preprocessor/1")
-    shutil.copytree(f"{w}/exports/encoder", f"{w}/export/bert_demo_encoder/1")
-    export.export_for_serving(f"{w}/export", "bert_fill_mask", model=pretrainer,
+    shutil.copytree(f"{w}/models/bert_preprocessor/1", f"{w}/export/bert_demo_preprocessor/1")
+    shutil.copytree(f"{w}/models/bert_encoder/1", f"{w}/export/bert_demo_encoder/1")
+    export.export_for_serving(f"{w}/models", "bert_fill_mask", model=pretrainer,
                               vocab_file=vocab_file, task="fill_mask", seq_length=32)
-    shutil.copytree(f"{w}/export/bert_fill_mask", f"{w}/export/bert_demo")  # the demo's
+    shutil.copytree(f"{w}/models/bert_fill_mask", f"{w}/export/bert_demo")  # the demo's
     span = build_model(BertSpanLabeler(pretrainer.encoder))
-    export.export_for_serving(f"{w}/export", "bert_squad", model=span, vocab_file=vocab_file,
+    export.export_for_serving(f"{w}/models", "bert_squad", model=span, vocab_file=vocab_file,
                               task="span", seq_length=32)
     clf = build_model(BertClassifier(pretrainer.encoder, num_classes=2))
-    export.export_for_serving(f"{w}/export", "bert_classifier", model=clf, vocab_file=vocab_file,
+    export.export_for_serving(f"{w}/models", "bert_classifier", model=clf, vocab_file=vocab_file,
                               task="classification", seq_length=32, labels=["neg", "pos"])
     # The scripts, reachable from the cwd as in a checkout.
     for script in SCRIPTS:
@@ -370,7 +372,7 @@ def _run(block, argv, world, stdin, timeout):
 # ---- checks beyond "exit 0" -----------------------------------------------------------------
 
 def _versions(world, name):
-    d = os.path.join(world, "export", name)
+    d = os.path.join(world, "models", name)
     return sorted(int(v) for v in os.listdir(d) if v.isdigit())
 
 
@@ -392,19 +394,19 @@ def check_fill_mask_export(world):
     """export/README's export command: the next version beside the world's own (1)."""
     versions = _versions(world, "bert_fill_mask")
     assert len(versions) >= 2, versions
-    newest = f"{world}/export/bert_fill_mask/{versions[-1]}"
+    newest = f"{world}/models/bert_fill_mask/{versions[-1]}"
     with open(f"{newest}/assets.extra/bert_tf_export.json") as f:
         assert json.load(f)["task"] == "fill_mask"
 
 
 def check_layout(world):
     """export/README's layout block lists what every version folder of the export holds."""
-    block = next(b for b in ALL_BLOCKS if b.named({("export/README.md", "export/bert_fill_mask/1"
+    block = next(b for b in ALL_BLOCKS if b.named({("export/README.md", "models/bert_fill_mask/1"
                                                     "/saved_model.pb"): None}))
     listed = [ln.split("#")[0].strip() for ln in block.text.splitlines()]
-    listed = [p.replace("export/bert_fill_mask/1/", "") for p in listed if p]
+    listed = [p.replace("models/bert_fill_mask/1/", "") for p in listed if p]
     for v in _versions(world, "bert_fill_mask"):
-        base = f"{world}/export/bert_fill_mask/{v}"
+        base = f"{world}/models/bert_fill_mask/{v}"
         for path in listed:
             assert os.path.exists(os.path.join(base, path)), f"{base}: no {path}"
 
@@ -455,10 +457,10 @@ CHECKS = {
     ("README.md", "BERT=uncased_L-12_H-768_A-12"): check_readme_classifier,
     ("README.md", "bert-create-pretraining-data --input_file='corpus/*"): check_readme_pipeline,
     ("README.md", "bert-convert --from=hf"): check_readme_convert,
-    ("export/README.md", "export/bert_fill_mask/1/saved_model.pb"): check_layout,
-    ("export/README.md", "python export_savedmodel.py"): check_fill_mask_export,
+    ("export/README.md", "models/bert_fill_mask/1/saved_model.pb"): check_layout,
+    ("export/README.md", "bert-export-savedmodel --bert_config_file"): check_fill_mask_export,
 }
-LAYOUTS = {("export/README.md", "export/bert_fill_mask/1/saved_model.pb")}
+LAYOUTS = {("export/README.md", "models/bert_fill_mask/1/saved_model.pb")}
 
 
 def _check(block, *args):
@@ -528,7 +530,7 @@ CURLS = [b for b in ALL_BLOCKS if b.lang in SHELL and re.search(r"\bcurl\b.*:pre
 @pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in CURLS])
 def test_rest_body(block, world):
     """A (skipped) `curl ... :predict` block's body, run in-process on the export it names
-    (the folder its `docker run -v` mounts, else export/<name>/), gives the outputs its
+    (the folder its `docker run -v` mounts, else models/<name>/), gives the outputs its
     comments show (those of the export's task)."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (the tokenizer ops)
@@ -536,7 +538,7 @@ def test_rest_body(block, world):
     name = re.search(r"/v1/models/([\w.-]+):predict", block.text).group(1)
     body = json.loads(re.search(r"-d '(.*?)'", block.text, flags=re.S).group(1))
     mount = re.search(rf'-v "\$PWD/([^:"]+):/models/{re.escape(name)}"', block.text)
-    base = os.path.join(world, mount.group(1) if mount else f"export/{name}")
+    base = os.path.join(world, mount.group(1) if mount else f"models/{name}")
     versions = sorted(int(v) for v in os.listdir(base) if v.isdigit()) if os.path.isdir(base) else []
     assert versions, f"{where}: no export in {base} (an earlier block writes it?)"
     export_dir = f"{base}/{versions[-1]}"

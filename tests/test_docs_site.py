@@ -2,9 +2,13 @@
 broken link or anchor, a docstring that does not render or a command whose --help fails breaks
 the build, and the build here. What --strict does not see is checked in the HTML (issue 40):
 docstring examples are highlighted code, aligned text is a table, no empty Type column. And
-every installed command is listed wherever the docs list the commands."""
+every installed command is listed wherever the docs list the commands. Issue 45: signatures
+wrap instead of being clipped (checked in the built HTML and CSS), the main entry points are
+one click away in every page's sidebar, and every runnable module the guides recommend has its
+flags page."""
 import ast
 import glob
+import html
 import importlib.util
 import os
 import re
@@ -53,14 +57,26 @@ def _reader_problems(html):
     return problems
 
 
-def test_site_builds_with_warnings_as_errors(tmp_path):
-    from bert_tf import commands, resources
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(builder module, site folder, page count): the whole site, built once."""
     builder = _builder()
-    site = str(tmp_path / "site")
-    pages = builder.build(site)
+    site = str(tmp_path_factory.mktemp("docs") / "site")
+    return builder, site, builder.build(site)
+
+
+def _flag_pages(builder):
+    from bert_tf import commands
+    return ([f"reference/commands/{c}" for c in commands.COMMANDS]
+            + [f"reference/commands/{p}" for p in builder.MODULES])
+
+
+def test_site_builds_with_warnings_as_errors(built):
+    from bert_tf import resources
+    builder, site, pages = built
     guides = [f"bert_tf/resources/docs/{f[:-3]}" for f, _, _ in resources.GUIDES.values()]
     reference = [f"reference/{p}" for p in builder.REFERENCE]
-    flags = [f"reference/commands/{c}" for c in commands.COMMANDS]
+    flags = _flag_pages(builder)
     assert pages == 1 + len(guides) + len(reference) + len(flags)
     # The home page is the README, and its links to the guides resolve to their pages.
     home = _read(site, ".")
@@ -71,7 +87,7 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     assert re.search(r'id="bert_tf\.pretrained\.from_pretrained"', page)
     for param in ("task", "num_classes", "text_input", "seq_length"):
         assert f"<code>{param}</code>" in page, param
-    assert 'id="bert_tf.modeling.encoder.BertEncoder"' in _read(site, "reference/models")
+    assert 'id="bert_tf.modeling.encoder.BertEncoder"' in _read(site, "reference/encoder")
     assert 'id="bert_tf.export.export_for_serving"' in _read(site, "reference/export")
     # Each command's page holds its flags, from its own --help.
     assert "--init_checkpoint" in _read(site, "reference/commands/bert-run-pretraining")
@@ -90,13 +106,150 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     assert page.count('<span class="gp">&gt;&gt;&gt; </span>') == 2
     assert page.count('<span class="gp">... </span>') == 1
     assert ".highlight .gp" in open(os.path.join(site, "css", "site.css")).read()
-    assert '<link href="../css/site.css" rel="stylesheet">' in page
+    assert re.search(r'<link href="\.\./css/site\.css" rel="stylesheet" ?/?>', page)
     # The aligned source table is a table; parameters are a list, with no Type column.
     (table,) = re.findall(r'<table class="docstring-table">.*?</table>', page)
     assert re.findall(r"<tr><td>(.*?)</td>", table) == [
         "original / training / Model Garden", "Hugging Face", "keras-hub", "SavedModels"]
     assert "<tr><td>Hugging Face</td><td><code>config.json</code>" in table
     assert "<th>Type</th>" not in page and "<b><code>seq_length</code></b>" in page
+
+
+def _css_rules(css):
+    """[(selectors, {property: value})] of a stylesheet, comments dropped (no nesting: @media
+    blocks are skipped)."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    css = re.sub(r"@[^{;]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}", "", css)  # @media {...{...}}
+    rules = []
+    for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css):
+        decls = {}
+        for decl in body.split(";"):
+            prop, _, value = decl.partition(":")
+            if prop.strip():
+                decls[prop.strip().lower()] = " ".join(value.split()).lower()
+        rules.append(([" ".join(x.split()) for x in selectors.split(",")], decls))
+    return rules
+
+
+def _stylesheets(site, page):
+    """The rules of every stylesheet `page` links, in order."""
+    rules = []
+    for href in re.findall(r'<link href="([^"]+\.css)" rel="stylesheet"', _read(site, page)):
+        path = os.path.normpath(os.path.join(site, os.path.dirname(page), href))
+        with open(path, encoding="utf-8") as f:
+            rules += _css_rules(f.read())
+    return rules
+
+
+# Entry point -> (its page, the object the page shows first).
+ENTRY_POINTS = {"from_pretrained": ("reference/from_pretrained",
+                                    "bert_tf.pretrained.from_pretrained"),
+                "BertConfig": ("reference/config", "bert_tf.modeling.config.BertConfig"),
+                "BertEncoder": ("reference/encoder", "bert_tf.modeling.encoder.BertEncoder"),
+                "Task models": ("reference/models", "bert_tf.modeling.models")}
+
+
+def test_signatures_wrap(built):
+    """Issue 45: a long signature (from_pretrained's, BertConfig's, BertEncoder's) wraps at the
+    page's width instead of being clipped mid-argument: every signature block is a <pre> under
+    `.doc-signature`, whole in the HTML, and the stylesheets the page links make it wrap
+    (white-space: pre-wrap, no overflow that clips or scrolls) with nothing overriding it."""
+    _, site, _ = built
+    # The first signature of the page is the entry point's, whole: to its last argument.
+    last_argument = {"from_pretrained": "pad_to_max_seq_length=False",
+                     "BertConfig": "source='BertConfig'", "BertEncoder": "**kwargs"}
+    for title, (page, obj) in ENTRY_POINTS.items():
+        blocks = re.findall(r'<div class="doc-signature highlight"><pre>(.*?)</pre>',
+                            _read(site, page), flags=re.S)
+        assert blocks, page
+        for block in blocks:
+            assert block.startswith("<span></span><code>") and block.endswith("</code>"), block
+        if title in last_argument:
+            text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", blocks[0])).split())
+            assert text.startswith(title + "(") and text.endswith(f", {last_argument[title]})"), (
+                page, text)
+        rules = _stylesheets(site, page)
+        ours = {}  # each selector's declarations, later rules over earlier ones
+        for sels, decls in rules:
+            for sel in sels:
+                if "doc-signature" in sel:
+                    ours.setdefault(sel, {}).update(decls)
+        for sel in (".doc-signature pre", ".doc-signature pre code"):
+            assert ours.get(sel, {}).get("white-space") == "pre-wrap !important", (sel, ours)
+            assert ours[sel].get("overflow-x") == "visible !important", (sel, ours)
+        # Nothing else forces another white-space or a clipping overflow over it.
+        for sels, decls in rules:
+            for prop in ("white-space", "overflow", "overflow-x"):
+                value = decls.get(prop, "")
+                if value.endswith("!important") and not value.startswith(("pre-wrap", "visible")):
+                    assert False, (page, sels, prop, value)
+
+
+def _sidebar(site, page):
+    """The sidebar's links of `page`: {href resolved against the site root: link text}."""
+    text = _read(site, page)
+    m = re.search(r'<div class="wy-menu wy-menu-vertical".*?</div>', text, flags=re.S)
+    assert m, f"{page}: no sidebar"
+    links, here = {}, "index.html" if page == "." else page + ".html"
+    for href, label in re.findall(r'<a class="[^"]*"\s+href="([^"]*)">(.*?)</a>', m.group(0),
+                                  flags=re.S):
+        if href.startswith("#") and href != "#":
+            continue  # a heading of the page itself
+        target = here if href == "#" else os.path.normpath(
+            os.path.join(os.path.dirname(here), href)).replace(os.sep, "/")
+        links[target] = html.unescape(re.sub(r"<[^>]+>", "", label)).strip()
+    return links
+
+
+def test_entry_points_are_one_click_from_every_page(built):
+    """Issue 45: from the home page, a guide, a reference page and a command page alike, the
+    sidebar links straight to from_pretrained, BertConfig, BertEncoder, the task models, every
+    command and runnable module, and each entry point's page shows it first."""
+    builder, site, _ = built
+    wanted = {page + ".html": title for title, (page, _) in ENTRY_POINTS.items()}
+    for page in _flag_pages(builder):
+        wanted[page + ".html"] = None
+    for page in (".", "bert_tf/resources/docs/serving", "reference/export",
+                 "reference/commands/bert-run-classifier"):
+        links = _sidebar(site, page)
+        missing = sorted(set(wanted) - set(links))
+        assert not missing, (page, missing)
+        for target, title in wanted.items():
+            assert title is None or links[target] == title, (page, target, links[target])
+    for title, (page, obj) in ENTRY_POINTS.items():
+        ids = re.findall(r'<h[1-6] id="([\w.]+)" class="doc doc-heading"', _read(site, page))
+        assert ids and ids[0] == obj, (title, ids[:3])
+    models = _read(site, "reference/models")
+    for cls in ("BertClassifier", "BertSpanLabeler", "BertTokenClassifier", "BertPretrainer"):
+        assert f'id="bert_tf.modeling.models.{cls}"' in models, cls
+
+
+def test_every_recommended_module_has_a_flags_page(built):
+    """Issue 45: each `python -m module` that README.md or a guide recommends has a page in the
+    Commands section: the console command's (its module or an alias of it) or its own, which
+    holds its --help (vocab_builder: its flags) or how it is called (bert_tf.resources)."""
+    from bert_tf import commands, resources
+    builder, site, _ = built
+    texts = [open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()]
+    for name in resources.GUIDES:
+        with open(resources.doc_file(name), encoding="utf-8") as f:
+            texts.append(f.read())
+    recommended = {m.rstrip(".") for t in texts for m in re.findall(r"python -m ([\w.]+)", t)}
+    assert {"bert_tf.tokenization.vocab_builder", "bert_tf.resources",
+            "bert_tf.convert"} <= recommended
+    pages = {module: f"reference/commands/{cmd}" for cmd, module in commands.COMMANDS.items()}
+    pages.update({module: f"reference/commands/{cmd}"
+                  for cmd, module in builder.ALSO_MODULE.items()})
+    pages.update({module: f"reference/commands/{page}"
+                  for page, (_, module) in builder.MODULES.items()})
+    assert not recommended - set(pages), recommended - set(pages)
+    for module in recommended:
+        assert f"python -m {module}" in _read(site, pages[module]), module
+    vocab = _read(site, "reference/commands/vocab_builder")
+    for flag in ("--input_file", "--output_file", "--vocab_size", "--min_frequency"):
+        assert flag in vocab, flag
+    guides = _read(site, "reference/commands/resources")
+    assert all(f"<code>{name}</code>" in guides for name in resources.GUIDES)
 
 
 def test_reader_problems_are_caught():
