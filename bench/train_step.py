@@ -12,6 +12,8 @@ a GPU is visible), on the same synthetic TFRecords and global batch, each implem
                 and AdamWeightDecay, an Orbit while-loop of N steps in one tf.function
                 (tf_keras, in a child process; see bench/peers_train.py)
   keras_fit     (--peers ...,keras_fit) our BertPretrainer under plain keras compile/fit
+  fp32          (--peers fp32, with --mixed_precision bfloat16|float16|auto) the bert_tf row
+                again at float32: its ratio is the mixed-precision speed-up, in one run
 
 --jit compiles every implementation with XLA (bert_tf: --jit_compile). Tracing/compilation is
 excluded (one warm-up call first); timed rounds alternate between the implementations and the
@@ -23,6 +25,8 @@ less work), which other jobs on the same cores disturb far less than wall time.
   .venv/bin/python bench/train_step.py                      # tiny and mini, batch 32
   .venv/bin/python bench/train_step.py --configs base --batch 8 --steps 10 --rounds 2
   .venv/bin/python bench/train_step.py --jit
+  .venv/bin/python bench/train_step.py --configs base --batch 8 --mixed_precision bfloat16 \
+      --peers fp32                                          # bf16 / fp32 steps/s
 """
 import argparse
 import os
@@ -134,7 +138,7 @@ def bert_tf_impl(cfg, files, out, args):
     return BertTf(cfg, files, out, args)
 
 
-PEERS = ("keras_hub", "model_garden", "keras_fit")
+PEERS = ("keras_hub", "model_garden", "keras_fit", "fp32")
 
 
 def make_impl(key, name, cfg, files, tmp, args):
@@ -145,6 +149,11 @@ def make_impl(key, name, cfg, files, tmp, args):
         return KerasHubFit(cfg, files, args.batch, args.iterations, jit=args.jit)
     if key == "model_garden":
         return ModelGarden(config_file, files, args.batch, args.iterations, jit=args.jit)
+    if key == "fp32":  # the trainer sets the global policy: put the run's back for the others
+        impl = bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}-fp32"),
+                            argparse.Namespace(**{**vars(args), "mixed_precision": "none"}))
+        set_mixed_precision(args.mixed_precision)
+        return impl
     return KerasFit(cfg, files, args)
 
 
@@ -157,7 +166,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="timed steps per round")
     ap.add_argument("--iterations", type=int, default=10, help="steps per loop call")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timed rounds per row")
-    ap.add_argument("--mixed_precision", default="none")
+    ap.add_argument("--mixed_precision", default="none",
+                    help="none | float16 | bfloat16 | auto (every row but model_garden)")
     ap.add_argument("--jit", action="store_true", help="XLA for every implementation")
     args = ap.parse_args()
     peers = [p for p in args.peers.split(",") if p]
@@ -167,11 +177,13 @@ def main():
     if args.mixed_precision != "none" and "model_garden" in peers:
         ap.error("--mixed_precision: the Model Garden row runs in float32 only; "
                  "pass --peers keras_hub,keras_fit")
-    set_mixed_precision(args.mixed_precision)
+    if "fp32" in peers and args.mixed_precision == "none":
+        ap.error("--peers fp32: compares against --mixed_precision bfloat16|float16|auto")
+    policy = set_mixed_precision(args.mixed_precision)
     device = "GPU" if tf.config.list_logical_devices("GPU") else f"CPU ({os.cpu_count()} cores)"
     print(f"# {device}, seq {SEQ}, {PRED} predictions, global batch {args.batch}, "
           f"{args.iterations} steps per call, {args.steps} timed steps x {args.rounds} rounds, "
-          f"precision {args.mixed_precision}, jit {args.jit}, TF {tf.__version__}, "
+          f"precision {args.mixed_precision} ({policy}), jit {args.jit}, TF {tf.__version__}, "
           f"Keras {keras.__version__}")
     print("# " + " ".join([os.path.basename(sys.executable)] + sys.argv))
     print(f"{'config':7} {'impl':13} {'params':>11} {'steps/s':>8} {'examples/s':>11} "

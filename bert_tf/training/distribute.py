@@ -33,7 +33,7 @@ from bert_tf import BertError, fileio
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker", "tpu", "auto")
 PRECISIONS = {"none": "float32", "float32": "float32",
-              "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
+              "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}  # + "auto"
 
 
 def _local_tpu_present():
@@ -191,16 +191,29 @@ def scratch_dir(prefix):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def set_mixed_precision(precision="none"):
-    """Set the global Keras dtype policy ("none"|"float16"|"bfloat16"); returns the policy name.
+def set_mixed_precision(precision="none", strategy=None):
+    """Set the global Keras dtype policy ("none"|"float16"|"bfloat16"|"auto"); returns the
+    policy name.
 
-    Call it before building the model. float16 training also needs loss scaling, which the
+    Call it before building the model. "auto" is bfloat16 where the hardware computes it fast
+    (bert_tf.training.precision: TPU, GPU >= sm80, CPU with avx512_bf16/AMX), else float32; the
+    choice and its reason are logged. float16 training also needs loss scaling, which the
     training loop adds (keras LossScaleOptimizer) when this policy is active.
+
+    Args:
+        precision: the --mixed_precision value.
+        strategy: the run's strategy (its devices decide "auto"), or None (the visible devices).
     """
     key = (precision or "none").lower()
-    if key not in PRECISIONS:
+    if key not in PRECISIONS and key != "auto":
         raise BertError(f"--mixed_precision: unknown value {precision!r}; expected one of "
-                        "none, float16, bfloat16")
+                        "none, float16, bfloat16, auto")
+    if key == "auto":
+        from bert_tf.training import precision as auto
+        key, reason = auto.resolve(key, strategy)
+        logging.getLogger("bert_tf").info(
+            "--mixed_precision=auto: %s (%s)", "bfloat16" if key == "bfloat16" else "float32",
+            reason)
     policy = PRECISIONS[key]
     keras.mixed_precision.set_dtype_policy(policy)
     return policy

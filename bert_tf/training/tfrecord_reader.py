@@ -4,7 +4,9 @@ Local files are read in Python (framing and CRC-32C checked, tf.train.Example pa
 protobuf class of our own), so the pre-flight and the run's "packed or not" decision neither
 import TensorFlow nor start its runtime: a MultiWorkerMirroredStrategy must be created before
 TensorFlow's context is. gs:// and other schemes go through TF's C++ record reader (no context
-either). `describe_framing_error` names what a refused record's bytes show, with the fix.
+either); that reader is a private TF API, so where it cannot be imported the same Python framing
+reads them through the public tf.io.gfile (no context either, same records and errors).
+`describe_framing_error` names what a refused record's bytes show, with the fix.
 """
 import os
 import struct
@@ -43,14 +45,19 @@ def records(path):
         yield from _remote_records(path)
         return
     with open(path, "rb") as f:
-        while len(head := f.read(12)) == 12:
-            length, crc = struct.unpack("<QI", head)
-            if masked_crc32c(head[:8]) != crc:
-                raise DataLoss
-            data, tail = f.read(length), f.read(4)
-            if len(tail) < 4 or masked_crc32c(data) != struct.unpack("<I", tail)[0]:
-                raise DataLoss
-            yield data
+        yield from _framed_records(f)
+
+
+def _framed_records(f):
+    # TFRecord framing: uint64 length, masked CRC-32C of it, the data, masked CRC-32C of it.
+    while len(head := f.read(12)) == 12:
+        length, crc = struct.unpack("<QI", head)
+        if masked_crc32c(head[:8]) != crc:
+            raise DataLoss
+        data, tail = f.read(length), f.read(4)
+        if len(tail) < 4 or masked_crc32c(data) != struct.unpack("<I", tail)[0]:
+            raise DataLoss
+        yield data
 
 
 def _first_line(error):
@@ -58,11 +65,24 @@ def _first_line(error):
     return ((error.message or "").strip() or type(error).__name__).splitlines()[0]
 
 
+def _record_iterator_class():
+    """TF's C++ record reader (the fast path for remote files), or None where this TF release
+    does not have it: it is a private API (tf.data's TFRecordDataset would start the runtime)."""
+    try:
+        from tensorflow.python.lib.io._pywrap_record_io import RecordIterator  # no deprecation
+    except ImportError:
+        return None
+    return RecordIterator
+
+
 def _remote_records(path):
     tf = _tf()
-    from tensorflow.python.lib.io._pywrap_record_io import RecordIterator  # no deprecation
+    iterator_class = _record_iterator_class()
+    if iterator_class is None:
+        yield from _gfile_records(path)
+        return
     try:
-        it = RecordIterator(path, "")
+        it = iterator_class(path, "")
     except tf.errors.OpError as e:
         raise OSError(_first_line(e)) from None
     try:
@@ -78,6 +98,16 @@ def _remote_records(path):
             yield raw
     finally:
         it.close()
+
+
+def _gfile_records(path):
+    """The Python framing over tf.io.gfile (public API, no TF context)."""
+    tf = _tf()
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            yield from _framed_records(f)
+    except tf.errors.OpError as e:
+        raise OSError(_first_line(e)) from None
 
 
 def parse_example(raw):
