@@ -244,8 +244,8 @@ def module_page(title, module):
                          resources.GUIDES.items())
         return (f"# {title}\n\n`python -m bert_tf.resources` takes no flags: alone it lists "
                 f"the guides installed with the package (their paths on your machine); with a "
-                f"guide's name it prints that guide.\n\n```text\nusage: python -m "
-                f"bert_tf.resources [{'|'.join(resources.GUIDES)}]\n```\n\n"
+                f"guide's name (below) it prints that guide.\n\n```text\nusage: python -m "
+                f"bert_tf.resources [guide]\n```\n\n"
                 f"| guide | what |\n|---|---|\n{rows}\n")
     return (f"# {title}\n\nThe flags of `{title}`, as its `--help` prints them.\n\n"
             f"```text\n{module_help(module)}```\n")
