@@ -398,8 +398,9 @@ def test_figures_say_what_they_cover(tmp_path, caplog):
     from bert_tf.training import preflight
     shards, journal = _packed_shards(tmp_path)
     t, shape = journal["totals"], (64, journal["num_predictions"], 3)
+    run_log = preflight.RunLog()
     with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
-        info = check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32)
+        info = check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32, run_log=run_log)
     per_row = t["sequences_in"] / t["packs_out"]
     assert (info["source"], info["rows"], info["sequences"]) == ("journal", t["packs_out"],
                                                                  t["sequences_in"])
@@ -411,16 +412,16 @@ def test_figures_say_what_they_cover(tmp_path, caplog):
         f"per row on average, padding {100 * t['padding_share_after']:.1f}% of the tokens; a "
         f"step of --train_batch_size=32 rows holds {32 * per_row:.1f} sequences on average"]
     caplog.clear()
-    # The same files again (another input pipeline): no second line.
+    # The same files again in the same run (another input pipeline): no second line.
     with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
-        check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32)
+        check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32, run_log=run_log)
     assert caplog.messages == []
     # Without the journal: the sampled records' figures, said to be a sample.
     for p in (tmp_path / "packed" / ".bert_tf").iterdir():
         p.unlink()
-    preflight.new_run()
     with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
-        info = check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32)
+        info = check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32,
+                                       run_log=preflight.RunLog())  # another run
     assert info["source"] == "sample" and "rows" not in info
     assert caplog.messages == [
         f"pre-flight: packed records (up to 3 sequences per pack; {shape[1]} predictions), 8 "
@@ -581,9 +582,9 @@ def test_dynamic_masking_on_packed_records_is_one_line(tmp_path):
 
 
 def test_the_line_is_logged_once_per_run_not_once_per_process(tmp_path, caplog):
-    """_LOGGED was process-wide: a notebook's second run never logged its line again. Now the
-    command's pre-flight logs it once per run, and run_pretraining (new_run) neither repeats
-    the pre-flight's line nor loses its own."""
+    """The pre-flight's state is the run's `RunLog`, passed along (no module state): the
+    command's pre-flight logs the line once, the run's input pipelines handed the same RunLog
+    do not repeat it, and a second run in one process (a notebook's) logs it again."""
     from bert_tf.training import preflight
     from bert_tf.training.options import PretrainingOptions
     from bert_tf.training.preflight_run import check_run
@@ -597,9 +598,15 @@ def test_the_line_is_logged_once_per_run_not_once_per_process(tmp_path, caplog):
             step()
         return len([m for m in caplog.messages if m.startswith("pre-flight:")])
 
-    pipeline = lambda: check_pretraining_files(shards, 64, 5)  # noqa: E731 (an input pipeline)
+    def pipeline(run_log):  # an input pipeline of the run
+        return lambda: check_pretraining_files(shards, 64, 5, run_log=run_log)
+
     for _ in range(2):  # the command's main() twice in one process
-        assert lines(lambda: check_run(o)) == 1
-        assert lines(preflight.new_run) + lines(pipeline) + lines(pipeline) == 0
+        run_log = preflight.RunLog()
+        assert lines(lambda: check_run(o, run_log)) == 1
+        assert lines(pipeline(run_log)) + lines(pipeline(run_log)) == 0
     for _ in range(2):  # run_pretraining twice, without the command
-        assert lines(preflight.new_run) + lines(pipeline) + lines(pipeline) == 1
+        run_log = preflight.RunLog()
+        assert lines(pipeline(run_log)) + lines(pipeline(run_log)) == 1
+    assert lines(pipeline(None)) == 1  # no run: every call logs
+    assert not [name for name in vars(preflight) if name.isupper() and name.startswith("_")]

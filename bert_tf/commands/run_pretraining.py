@@ -7,6 +7,10 @@ The original's flags and defaults, plus the TF2 ones (--strategy, --mixed_precis
 Restarting with the same --output_dir resumes from its latest checkpoint. See
 bert_tf.training.pretraining.
 
+The paper's two phases in one command (phase 2 at 512 for the last steps; the long-runs guide):
+  bert-run-pretraining ... --input_file='data/p1/*' --max_seq_length=128 --num_train_steps=900000
+      --phase2_input_file='data/p2/*' --phase2_max_seq_length=512 --phase2_num_train_steps=100000
+
 Several machines (--strategy=multi_worker): run the same command on every host, each with
 TF_CONFIG naming the cluster and its own task, e.g. on the second of two hosts
   TF_CONFIG='{"cluster": {"worker": ["host1:12345", "host2:12345"]},
@@ -41,18 +45,21 @@ def app_main(argv):
     """Pre-trains with the parsed flags; a BertError exits with one `error: ...` line."""
     del argv
     try:
+        from bert_tf.training.preflight import RunLog
         from bert_tf.training.preflight_run import check_run
         options = script_flags.options_from_flags(PretrainingOptions)
-        check_run(options)  # before TensorFlow is imported: a wrong flag fails in ~1 s
+        run_log = RunLog()  # the lines this run logged: its input pipelines do not repeat them
+        check_run(options, run_log)  # before TensorFlow is imported: a wrong flag fails in ~1 s
         from bert_tf.training import pretraining
         from bert_tf.convert.handoff import hand_off
         options, source = hand_off(options)  # read once; the run loads from this Source
-        result = pretraining.run_pretraining(options, init_source=source)
+        result = pretraining.run_pretraining(options, init_source=source, run_log=run_log)
     except BertError as e:
         sys.exit(f"error: {e}")
-    if result["eval"]:
-        for key in pretraining.EVAL_KEYS:
-            print(f"{key} = {result['eval'][key]}")
+    evals = result["eval_phases"] or ({None: result["eval"]} if result["eval"] else {})
+    for phase, values in sorted(evals.items(), key=lambda kv: kv[0] or 0):
+        for key in pretraining.EVAL_KEYS:  # two phases: phase<N>/<key>, as eval_results.txt
+            print(f"{'' if phase is None else f'phase{phase}/'}{key} = {values[key]}")
     if result["export_dir"]:
         from bert_tf.export.pretraining import export_lines
         print("\n".join(export_lines(result["export_dir"], options)))

@@ -6,6 +6,8 @@
   checkpointing   the trainer's checkpoints: save, resume, --init_checkpoint
   summaries       the trainer's TensorBoard summaries (train and eval)
   pretraining     the pre-training task (masked LM + NSP) and run_pretraining
+  phase_plan      the two-phase recipe (128 then 512) as a plan: steps, data, learning rate
+  phases          running the phases on the trainer: phase record, schedule, switch, eval
   pretraining_export  run_pretraining's exports (ids-in encoder, or text-in models for serving)
   losses          fast sparse softmax cross-entropy of the pre-training step
   optimization    the original's AdamWeightDecay (and LAMB), warm-up + linear decay

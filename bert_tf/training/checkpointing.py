@@ -67,7 +67,20 @@ class Checkpoints:
         self.init_source = init_source
         self.is_chief = distribute.is_chief(strategy)
         self.optimizer = None
+        self.optional = {}  # name -> trackable restored only when a checkpoint has it
+        self.restored_optional = set()  # the optional names the restored checkpoint had
         self._manager = None
+
+    def add_optional(self, name, trackable):
+        """Save `trackable` under `name` too, and restore it from checkpoints that have it
+        (those written before it existed restore without it; `restored_optional` says which).
+
+        Args:
+            name: its key in the checkpoint.
+            trackable: a tf.Module (or other trackable) of variables.
+        """
+        self.optional[name] = trackable
+        self._manager = None  # its checkpoint lacks the item
 
     def set_optimizer(self, optimizer):
         """Include `optimizer` (its slots and iterations) in later saves and restores.
@@ -78,12 +91,18 @@ class Checkpoints:
         self.optimizer = optimizer
         self._manager = None  # its checkpoint lacks the optimizer
 
-    def checkpoint(self):
-        """A tf.train.Checkpoint of the state; its keys are the names of old checkpoints too."""
+    def checkpoint(self, optional=True):
+        """A tf.train.Checkpoint of the state; its keys are the names of old checkpoints too.
+
+        Args:
+            optional: include the `add_optional` items.
+        """
         items = dict(model=self.model, global_step=self.global_step, data_seed=self.data_seed,
                      dropout_rng=dropout_rng_states(self.model))
         if self.optimizer is not None:
             items["optimizer"] = self.optimizer
+        if optional:
+            items.update(self.optional)
         return tf.train.Checkpoint(**items)
 
     def manager(self):
@@ -141,10 +160,11 @@ class Checkpoints:
         if not tf.io.gfile.exists(prefix + ".index"):
             return "no .index file" if _files_of(prefix) else "its files are missing"
         try:
-            status = self.checkpoint().restore(prefix)
-            if self.optimizer is None:
+            status = self.checkpoint(optional=False).restore(prefix)
+            if self.optimizer is None or self.optional:  # the optional items come next
                 status.expect_partial()
             status.assert_existing_objects_matched()
+            self._restore_optional(prefix)
         except IndexError as e:  # the checkpoint reader's "Read less bytes than requested"
             return _gist(e)
         except tf.errors.OpError as e:
@@ -157,6 +177,15 @@ class Checkpoints:
                             "the bert_config and task that wrote it, or pass another "
                             "--output_dir") from None
         return None
+
+    def _restore_optional(self, prefix):
+        keys = [name for name, _ in tf.train.list_variables(prefix)] if self.optional else []
+        found = {n for n in self.optional if any(k.startswith(n + "/") for k in keys)}
+        if found:
+            status = tf.train.Checkpoint(**{n: self.optional[n] for n in found}).restore(prefix)
+            status.expect_partial()
+            status.assert_existing_objects_matched()
+        self.restored_optional = found
 
     def _after_fallback(self, restored, found, with_files, skipped, state):
         # Moves the skipped checkpoints out of the way and makes the state file name `restored`

@@ -239,7 +239,8 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
                         is_training, input_context=None, seed=None, dynamic_masking=False,
                         vocab_size=None, mask_id=None, shuffle_buffer_size=1000, cycle_length=8,
                         skip_batches=0, repeat=None, flag="--input_file", type_vocab_size=None,
-                        skip_corrupt_records=False, preflight=True, packed=None):
+                        skip_corrupt_records=False, preflight=True, packed=None,
+                        run_log=None, preflight_label=None):
     """The pre-training tf.data.Dataset (see the module docstring).
 
     Args:
@@ -269,6 +270,8 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
         packed: whether the run was set up for packed records (decided once from them,
             `pretraining.records_are_packed`); records of the other kind are a BertError.
             None: whichever kind the records are.
+        run_log: the run's `preflight.RunLog` (its pre-flight line once per run); None: logged.
+        preflight_label: what the pre-flight line says the files are for ("phase 2").
     """
     if batch_size <= 0:
         raise BertError(f"batch size must be > 0, got {batch_size}")
@@ -277,7 +280,8 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     files = list_files(file_pattern, flag)
     if preflight:
         info = check_pretraining_files(files, max_seq_length, max_predictions_per_seq,
-                                       vocab_size, type_vocab_size, flag=flag)
+                                       vocab_size, type_vocab_size, flag=flag,
+                                       run_log=run_log, label=preflight_label)
         shape = info["shape"] if info["packed"] else None  # (S, P, N) of packed records
     else:
         fmt = packed_records.record_format(files)

@@ -251,7 +251,7 @@ class AdamW(_BertOptimizerMixin, keras.optimizers.AdamW):
 
 def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer_type="adamw_original",
                      weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-                     clip_norm=1.0, exclude_from_weight_decay=DEFAULT_EXCLUDE):
+                     clip_norm=1.0, exclude_from_weight_decay=DEFAULT_EXCLUDE, schedule=None):
     """An optimizer with the WarmupLinearDecay schedule (see the module docstring).
 
     Args:
@@ -265,6 +265,7 @@ def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer_type=
         epsilon: Adam's epsilon.
         clip_norm: global gradient-norm limit.
         exclude_from_weight_decay: regexes of variable paths that get no weight decay.
+        schedule: a LearningRateSchedule to use instead (e.g. the two pre-training phases').
     Raises:
         BertError: unknown optimizer_type or bad step counts.
     """
@@ -275,7 +276,7 @@ def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer_type=
         raise BertError(f"--num_train_steps: must be > 0, got {num_train_steps}")
     if num_warmup_steps < 0:
         raise BertError(f"--num_warmup_steps: must be >= 0, got {num_warmup_steps}")
-    schedule = WarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps)
+    schedule = schedule or WarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps)
     cls = {"adamw_original": AdamWeightDecay, "adamw": AdamW, "lamb": Lamb}[optimizer_type]
     return cls(learning_rate=schedule, weight_decay_rate=weight_decay_rate, beta_1=beta_1,
                beta_2=beta_2, epsilon=epsilon, clip_norm=clip_norm,

@@ -145,6 +145,15 @@ def _describe_ranges(vals, max_seq_length, vocab_size, type_vocab_size):
     return None
 
 
+def _phase_flags(what, flag):
+    """Phase 2's files are checked against the phase2_* lengths: their fix names those."""
+    if not flag.startswith("--phase2_"):
+        return what
+    for name in ("--max_seq_length", "--max_predictions_per_seq"):
+        what = what.replace(name, "--phase2_" + name[2:])
+    return what
+
+
 def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
                type_vocab_size=None, records_per_file=4, flag="--input_file", info=None):
     """Check the first `records_per_file` records of one file, and that it ends with a whole one.
@@ -186,7 +195,7 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
                                     vocab_size, type_vocab_size, flag)
                     or packed_records.tally(example, info))
             if what:
-                return f"{flag} {path}: record {index}: {what}", index + 1
+                return f"{flag} {path}: record {index}: {_phase_flags(what, flag)}", index + 1
             offset += len(raw) + 16
             longest = max(longest, len(raw))
         else:
@@ -211,7 +220,7 @@ def check_file(path, max_seq_length, max_predictions_per_seq, vocab_size=None,
 def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, vocab_size=None,
                             type_vocab_size=None, flag="--input_file", records_per_file=4,
                             max_files=1000, batch_size=None, dynamic_masking=False,
-                            log_line=True):
+                            log_line=True, run_log=None, label=None):
     """Check pre-training TFRecord files against the flags before any step.
 
     Args:
@@ -225,14 +234,17 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
         step holds on average.
       dynamic_masking: the run trains with --dynamic_masking: packed records are then an
         error, raised before the line is logged (one problem, one line).
-      log_line: log the line (once per run for the same files, see `new_run`).
+      log_line: log the line.
+      run_log: the run's `RunLog`: the line is logged once per run for the same files (the
+        command's pre-flight and every input pipeline of the run check them); None: logged.
+      label: what the line is about, e.g. "phase 2" ("pre-flight (phase 2): ...").
 
     Returns:
       dict with `files` (checked), `records` (checked), `empty_files`, `seconds`, `packed`
       (the kind found), `shape` ((S, P, N) of the records; N = 0 for ordinary ones),
       `padding` (the share of padding tokens), `sequences_per_row` and `source` (what these
       two cover: "journal" = the whole data, from the packer's journal, or "sample" = the
-      checked records). Logged in one line, once per run (`new_run`) for the same files.
+      checked records). Logged in one line, once per `run_log` for the same files.
 
     Raises:
       BertError: the first problem, one line; it counts the files with the same problem, and
@@ -282,35 +294,27 @@ def check_pretraining_files(files, max_seq_length, max_predictions_per_seq, voca
     if journal:
         out.update(journal, source="journal")
     key = (tuple(chosen), first["shape"])
-    if log_line and key not in _LOGGED:  # every input pipeline checks the files
-        _LOGGED.add(key)
-        log.info("%s", summary_line(out, records_per_file, batch_size))
+    if log_line and (run_log is None or run_log.first(key)):  # every pipeline checks them
+        log.info("%s", summary_line(out, records_per_file, batch_size, label))
     out["seconds"] = time.perf_counter() - start
     return out
 
 
-_LOGGED = set()  # (files, shape) whose summary line this run has logged
-_HANDED = set()  # lines the command's pre-flight logged for the run that follows it
+class RunLog:
+    """The pre-flight lines one run has logged, passed along explicitly (as the command's
+    `Source` is): the command's pre-flight logs a line, and the run's input pipelines, handed
+    the same RunLog, do not log it again. A new run (a notebook's second) has a new RunLog, so
+    it logs its lines again; nothing is kept per process."""
 
+    def __init__(self):
+        self._logged = set()
 
-def new_run(handed_over=True):
-    """Start a run: its lines are logged again, so a notebook's second run gets its line; the
-    input pipelines of one run share one.
-
-    Args:
-        handed_over: keep what the command's pre-flight logged for this run (`hand_over`);
-            False (the pre-flight itself): forget it too.
-    """
-    _LOGGED.clear()
-    if handed_over:
-        _LOGGED.update(_HANDED)
-    _HANDED.clear()
-
-
-def hand_over():
-    """The lines logged so far belong to the run that starts next (`new_run`): the command's
-    pre-flight, then run_pretraining, log one line between them."""
-    _HANDED.update(_LOGGED)
+    def first(self, key):
+        """True the first time `key` (files and record shape) is seen in this run."""
+        if key in self._logged:
+            return False
+        self._logged.add(key)
+        return True
 
 
 def _one_line(problems, flag):

@@ -8,10 +8,13 @@ line's figures say what they cover: the whole data, from the packer's journal
 shard of one, else the records sampled.
 """
 import json
+import logging
 import os
 import posixpath
 
 from bert_tf.fileio import is_local
+
+log = logging.getLogger("bert_tf.training.preflight")  # the pre-flight's lines, one logger
 
 # The records carry their masks; packed training keeps them (issue 40: say what to do instead).
 DYNAMIC_MASKING_ON_PACKED = (
@@ -45,45 +48,81 @@ def _norm(path):
 
 
 def _config_sizes(path):
-    """(vocab_size, type_vocab_size) of a local bert_config.json / config.json, else Nones (the
-    full pre-flight checks the ranges later, with the config the run reads)."""
+    """(vocab_size, type_vocab_size, max_position_embeddings) of a local bert_config.json /
+    config.json, else Nones (the run checks them later, with the config it reads)."""
     try:
         with open(path) as f:
             config = json.load(f)
         sizes = config.get("vocab_size"), config.get("type_vocab_size")
-        return sizes if all(isinstance(v, int) for v in sizes) else (None, None)
+        positions = config.get("max_position_embeddings")
+        positions = positions if isinstance(positions, int) else None
+        return (sizes if all(isinstance(v, int) for v in sizes) else (None, None)) + (positions,)
     except (OSError, ValueError, TypeError, AttributeError):
-        return None, None
+        return None, None, None
 
 
-def check_run(options):
+def check_run(options, run_log=None):
     """The pre-flight of a bert-run-pretraining run, before TensorFlow is imported.
 
     Args:
         options: PretrainingOptions (the parsed flags).
+        run_log: the run's `preflight.RunLog`, handed on to the run so that its input
+            pipelines do not log the same lines again; None: a new one.
     Returns:
-        `check_pretraining_files`' result (its line is logged), or None when the run reads no
-        records or the flags it needs are not set yet (the run then says what is missing).
+        `check_pretraining_files`' result of phase 1's files (its line is logged), or None
+        when the run reads no records or the flags it needs are not set yet (the run then
+        says what is missing).
     Raises:
-        BertError: the first problem of the records, or --dynamic_masking on packed records.
+        BertError: the first problem of the records, or --dynamic_masking on packed records,
+        or phase flags no run can use.
     """
-    from bert_tf.fileio import expand_globs
-    from bert_tf.training.preflight import check_pretraining_files, hand_over, new_run
+    from bert_tf.training import phase_plan
+    from bert_tf.training.preflight import RunLog
     o = options
-    new_run(handed_over=False)  # a command's main() run again in one process logs again
+    run_log = RunLog() if run_log is None else run_log
     if not (o.do_train or o.do_eval) or not o.input_file or not o.output_dir or min(
             o.max_seq_length, o.max_predictions_per_seq, o.train_batch_size) <= 0:
         return None
-    files = sorted(set(expand_globs(o.input_file)))  # as input_pipeline.list_files
-    vocab_size = type_vocab_size = None  # --init_checkpoint may name the config later
+    sizes = (None, None, None)  # --init_checkpoint may name the config later
     if o.bert_config_file and is_local(o.bert_config_file):
-        vocab_size, type_vocab_size = _config_sizes(o.bert_config_file)
-    info = check_pretraining_files(files, o.max_seq_length, o.max_predictions_per_seq,
-                                   vocab_size, type_vocab_size,
-                                   batch_size=o.train_batch_size if o.do_train else None,
-                                   dynamic_masking=o.dynamic_masking and o.do_train)
-    hand_over()  # the run_pretraining that follows does not log the same line again
-    return info
+        sizes = _config_sizes(o.bert_config_file)
+    phase_plan.check(o, sizes[2])
+    return check_phases(o, run_log, *sizes[:2])
+
+
+def check_phases(options, run_log, vocab_size=None, type_vocab_size=None):
+    """Check every phase's training (and --do_eval) files against its flags, each line once
+    per `run_log`; with two phases also the line of where the run starts.
+
+    Args:
+        options: PretrainingOptions.
+        run_log: the run's `preflight.RunLog`.
+        vocab_size, type_vocab_size: the config's (None: not checked).
+    Returns:
+        phase 1's training files' `check_pretraining_files` result.
+    """
+    from bert_tf.fileio import expand_globs
+    from bert_tf.training import phase_plan
+    from bert_tf.training.preflight import check_pretraining_files
+    o, first = options, None
+    plan = phase_plan.phases(o)
+    for phase in plan:
+        p = phase.options
+        checks = [("input_file", p.input_file, o.do_train)]
+        if o.do_eval and phase.eval_files != p.input_file:
+            checks.append(("eval_input_file", phase.eval_files, False))
+        for name, pattern, training in checks:
+            files = sorted(set(expand_globs(pattern, phase.flag(name))))  # as list_files
+            info = check_pretraining_files(
+                files, p.max_seq_length, p.max_predictions_per_seq, vocab_size,
+                type_vocab_size, flag=phase.flag(name),
+                batch_size=p.train_batch_size if training else None,
+                dynamic_masking=o.dynamic_masking and training, run_log=run_log,
+                label=phase.label)
+            first = first or info
+    if len(plan) > 1 and run_log.first("phases"):
+        log.info("%s", phase_plan.where_line(o, phase_plan.latest_step(o.output_dir)))
+    return first
 
 
 def packer_journal(files, shape):
@@ -130,13 +169,14 @@ def packer_journal(files, shape):
             "sequences_per_row": sequences / rows, "journals": sorted(journals)}
 
 
-def summary_line(info, records_per_file, batch_size=None):
+def summary_line(info, records_per_file, batch_size=None, label=None):
     """The pre-flight line: the records' kind, and figures that say what they cover.
 
     Args:
         info: `check_pretraining_files`' result.
         records_per_file: leading records checked per file (named for sampled figures).
         batch_size: --train_batch_size (packed: the line gives the sequences a step holds).
+        label: what the records are for ("phase 2"), said first; None: nothing.
     """
     s, p, n = info["shape"]
     kind = (f"packed records (up to {n} sequences per pack; {p} predictions)" if info["packed"]
@@ -152,6 +192,9 @@ def summary_line(info, records_per_file, batch_size=None):
     if info["packed"]:
         figures = f"{info['sequences_per_row']:.2f} sequences per row on average, " + figures
         if batch_size:
-            figures += (f"; a step of --train_batch_size={batch_size} rows holds "
+            batch_flag = "--phase2_train_batch_size" if label == "phase 2" else \
+                "--train_batch_size"
+            figures += (f"; a step of {batch_flag}={batch_size} rows holds "
                         f"{batch_size * info['sequences_per_row']:.1f} sequences on average")
-    return f"pre-flight: {kind}, {checked}; {cover}{figures}"
+    head = f"pre-flight ({label})" if label else "pre-flight"
+    return f"{head}: {kind}, {checked}; {cover}{figures}"

@@ -9,13 +9,15 @@ writes each prediction's sequence index there), so both kinds give the same loss
 sequences. Strategy, accumulation, mixed precision, XLA: bert_tf.training.trainer; checkpoints
 and resume: bert_tf.training.checkpointing.
 """
+import dataclasses
+
 import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.models import BertPretrainer, build_model
-from bert_tf.training import packed_records, preflight
+from bert_tf.training import packed_records, phase_plan, phases, preflight
 from bert_tf.training.input_pipeline import list_files, pretraining_dataset
 from bert_tf.training.losses import sparse_softmax_cross_entropy
 from bert_tf.training.options import PretrainingOptions  # noqa: F401  (API)
@@ -98,17 +100,38 @@ class PretrainingTask(Task):
     Args:
         bert_config: the model's BertConfig.
         options: PretrainingOptions.
-        packed: whether the run's records are packed (`records_are_packed`), decided once:
-            the model's inputs follow it, and a dataset of the other kind is an error.
+        packed: whether the run's records are packed (`records_are_packed`), decided once
+            (per phase): the model's inputs follow it, and a dataset of the other kind is an
+            error.
+        init_source: the `Source` read for init_checkpoint (the export's pooling), or None.
+        run_log: the run's `preflight.RunLog` (each pre-flight line once); None: a new one.
+
+    Attributes:
+        options: the current phase's options (`set_phase`); run_options: the run's.
+        phase_record: the `phases.PhaseRecord` of the trainer's checkpoints (make_trainer).
     """
     checkpoint_name = "model.ckpt"
     stat_keys = STAT_KEYS
     eval_keys = EVAL_KEYS[1:]
 
-    def __init__(self, bert_config, options, packed=False, init_source=None):
-        self.config, self.options = bert_config, options
+    def __init__(self, bert_config, options, packed=False, init_source=None, run_log=None):
+        self.config, self.options, self.run_options = bert_config, options, options
         self.packed = bool(packed)
         self.init_source = init_source  # the Source read for init_checkpoint: the export's pooling
+        self.run_log = preflight.RunLog() if run_log is None else run_log
+        self.label = None  # "phase 2": said by the pre-flight lines of a two-phase run
+        self.phase_record = None
+
+    def set_phase(self, phase):
+        """Read `phase`'s data from now on: its lengths, and its record kind (two phases
+        decide it per phase).
+
+        Args:
+            phase: a phase_plan.Phase.
+        """
+        self.options, self.label = phase.options, phase.label
+        if phase.of > 1:
+            self.packed = records_are_packed(phase.options.input_file)
 
     @property
     def model_inputs(self):
@@ -139,6 +162,13 @@ class PretrainingTask(Task):
         if o.dynamic_masking and not 0 <= o.mask_id < self.config.vocab_size:
             raise BertError(f"--mask_id: {o.mask_id} is not in the vocabulary "
                             f"(vocab_size {self.config.vocab_size})")
+        phase_plan.check(o, self.config.max_position_embeddings)
+        if phase_plan.two_phases(o):
+            batch = phase_plan.phases(o)[1].options.train_batch_size
+            if batch % num_replicas or (batch // num_replicas) % o.grad_accum_steps:
+                raise BertError(f"--phase2_train_batch_size: {batch} is not divisible by the "
+                                f"{num_replicas} replicas x --grad_accum_steps="
+                                f"{o.grad_accum_steps}")
 
     def normalizers(self, batch):
         """The batch's masked-LM weight sum and count of real sequences (summed over
@@ -187,12 +217,14 @@ class PretrainingTask(Task):
                 f"mlm_acc={m['masked_lm_accuracy']:.4f} nsp_loss={m['next_sentence_loss']:.4f} "
                 f"nsp_acc={m['next_sentence_accuracy']:.4f}")
 
-    def dataset_fn(self, input_file, training):
-        """The trainer's dataset_fn over input_file (see Trainer.distribute).
+    def dataset_fn(self, input_file, training, flag="--input_file"):
+        """The trainer's dataset_fn over input_file (see Trainer.distribute), at the current
+        phase's lengths.
 
         Args:
             input_file: comma-separated TFRecord files or globs.
             training: shuffle, repeat and (with dynamic_masking) mask on the fly.
+            flag: the flag the files came from, named in errors.
         """
         o = self.options
 
@@ -202,7 +234,8 @@ class PretrainingTask(Task):
                 input_context=ctx, seed=seed, dynamic_masking=o.dynamic_masking and training,
                 vocab_size=self.config.vocab_size, mask_id=o.mask_id, skip_batches=skip_batches,
                 type_vocab_size=self.config.type_vocab_size,
-                skip_corrupt_records=o.skip_corrupt_records, packed=self.packed)
+                skip_corrupt_records=o.skip_corrupt_records, packed=self.packed, flag=flag,
+                run_log=self.run_log, preflight_label=self.label)
         return fn
 
     def export(self, model, export_dir):
@@ -213,7 +246,10 @@ class PretrainingTask(Task):
             export_dir: where to export.
         """
         from bert_tf.training import pretraining_export
-        return pretraining_export.export_pretrained(model, export_dir, self.options,
+        # Text-in exports take up to the longest length trained (phase 2's).
+        longest = max(p.options.max_seq_length for p in phase_plan.phases(self.run_options))
+        options = dataclasses.replace(self.options, max_seq_length=longest)
+        return pretraining_export.export_pretrained(model, export_dir, options,
                                                     self.init_source)
 
 
@@ -228,27 +264,31 @@ def records_are_packed(input_file):
     return bool(fmt and fmt["packed"])
 
 
-def make_trainer(bert_config, options, strategy=None, packed=None, init_source=None):
-    """A Trainer of the PretrainingTask with its optimizer built (ready for `restore()`).
+def make_trainer(bert_config, options, strategy=None, packed=None, init_source=None,
+                 run_log=None):
+    """A Trainer of the PretrainingTask with its optimizer built and its checkpoints holding
+    the phase record (`phases.attach`; ready for `restore()`).
 
     Args:
         bert_config: BertConfig.
         options: PretrainingOptions (output_dir set).
         strategy: a tf.distribute.Strategy; default: from options.
-        packed: whether the records are packed; None: decided from options.input_file's
+        packed: whether phase 1's records are packed; None: decided from options.input_file's
             records (False without one).
         init_source: the `Source` read for options.init_checkpoint (see Trainer), or None.
+        run_log: the run's `preflight.RunLog`, or None.
     """
     if packed is None:
         packed = bool(options.input_file) and records_are_packed(options.input_file)
-    trainer = Trainer(PretrainingTask(bert_config, options, packed, init_source), options,
-                      strategy, init_source=init_source)
-    trainer.build_optimizer(options.num_train_steps, options.num_warmup_steps)
+    task = PretrainingTask(bert_config, options, packed, init_source, run_log)
+    trainer = Trainer(task, options, strategy, init_source=init_source)
+    task.phase_record = phases.attach(trainer, options)
     return trainer
 
 
-def run_pretraining(options, strategy=None, init_source=None):
-    """What run_pretraining.py does: train and/or evaluate; export after training.
+def run_pretraining(options, strategy=None, init_source=None, run_log=None):
+    """What run_pretraining.py does: train and/or evaluate (each phase: phases.run); export
+    after training.
 
     Without do_train/do_eval but with export_dir it is the separate export step: the latest
     checkpoint in output_dir (else --init_checkpoint) is exported to export_dir.
@@ -258,11 +298,14 @@ def run_pretraining(options, strategy=None, init_source=None):
         strategy: a tf.distribute.Strategy; default: from options.
         init_source: the `Source` the command read for --init_checkpoint
             (`bert_tf.convert.handoff`; loaded from, not read again), or None.
+        run_log: the `preflight.RunLog` of the command's pre-flight (its lines are not logged
+            again); None: this run's own.
     Returns:
-        {"train": [per-loop metrics], "eval": results or None, "export_dir": path or None}.
+        {"train": [per-loop metrics], "eval": the last phase's results or None,
+        "eval_phases": {phase: results} (two phases) or None, "export_dir": path or None}.
     """
     o = options
-    preflight.new_run()  # this run logs its pre-flight line (once), even in a notebook's rerun
+    run_log = preflight.RunLog() if run_log is None else run_log
     if not o.bert_config_file:
         raise BertError("--bert_config_file: required")
     if not o.output_dir:
@@ -273,27 +316,32 @@ def run_pretraining(options, strategy=None, init_source=None):
         raise BertError("--input_file: required")
     from bert_tf.convert.handoff import bert_config as config_of
     config = config_of(o, init_source)  # any dialect the format table reads: not read again
+    phase_plan.check(o, config.max_position_embeddings)
     if o.do_train or o.export_dir:
         from bert_tf.training import pretraining_export
         pretraining_export.check_vocab(o, config)
     if o.do_train or o.do_eval:
         list_files(o.input_file)
+        if phase_plan.two_phases(o):  # phase 2's records too, before anything is written
+            from bert_tf.training.preflight_run import check_phases
+            check_phases(o, run_log, config.vocab_size, config.type_vocab_size)
     packed = (o.do_train or o.do_eval) and records_are_packed(o.input_file)  # once, here
-    trainer = make_trainer(config, o, strategy, packed=packed, init_source=init_source)
+    trainer = make_trainer(config, o, strategy, packed=packed, init_source=init_source,
+                           run_log=run_log)
     restored = trainer.restore()
     task = trainer.task
-    out = {"train": [], "eval": None, "export_dir": None}
+    phases.after_restore(trainer, task.phase_record, o, restored)
+    out = {"train": [], "eval": None, "eval_phases": None, "export_dir": None}
+    if o.do_train or o.do_eval:
+        out["train"], evals = phases.run(trainer, task.phase_record, o, o.do_train, o.do_eval)
+        if evals:
+            out["eval"] = evals[max(evals)]
+            out["eval_phases"] = evals if phase_plan.two_phases(o) else None
     if o.do_train:
-        out["train"] = trainer.train(task.dataset_fn(o.input_file, True))
         out["export_dir"] = trainer.export()
     elif o.export_dir:
         if restored == "fresh":
             raise BertError(f"--output_dir={o.output_dir}: no checkpoint to export (and no "
                             "--init_checkpoint)")
         out["export_dir"] = trainer.export()
-    if o.do_eval:
-        out["eval"] = trainer.evaluate(
-            task.dataset_fn(o.input_file, False), o.max_eval_steps,
-            empty_error=f"--input_file={o.input_file}: fewer than --eval_batch_size="
-                        f"{o.eval_batch_size} examples to evaluate")
     return out

@@ -101,6 +101,7 @@ class Trainer:
                                                      self.model, self.global_step, self.data_seed,
                                                      init_source=init_source)
         self._train_loop_fn = self._eval_step_fn = None
+        self.data_start_step = 0  # global step of the training data's first batch
         # Steps per batch length = the shapes XLA/TPUs compile the step for.
         self.step_shapes = collections.Counter()
         self._stop = preemption.StopFlag()
@@ -118,18 +119,19 @@ class Trainer:
 
     # ---- optimizer and checkpoints (bert_tf.training.checkpointing) -----------------------
 
-    def build_optimizer(self, num_train_steps, num_warmup_steps):
+    def build_optimizer(self, num_train_steps, num_warmup_steps, schedule=None):
         """Create the optimizer and its schedule (before `restore()` to resume its state).
 
         Args:
             num_train_steps: updates until the learning rate reaches 0.
             num_warmup_steps: updates of linear warm-up.
+            schedule: a LearningRateSchedule instead of the warm-up + linear decay.
         """
         o = self.options
         with self.strategy.scope():
             inner = create_optimizer(o.learning_rate, num_train_steps, num_warmup_steps,
                                      optimizer_type=o.optimizer,
-                                     weight_decay_rate=o.weight_decay_rate)
+                                     weight_decay_rate=o.weight_decay_rate, schedule=schedule)
             inner.gradients_aggregated = True  # replica_step sums them before apply()
             self.inner_optimizer = inner
             self.optimizer = (keras.optimizers.LossScaleOptimizer(inner) if self.loss_scaling
@@ -147,6 +149,14 @@ class Trainer:
     def save(self):
         """Checkpoint `<checkpoint_name>-<step>` into output_dir (chief); its path or None."""
         return self.checkpoints.save()
+
+    def new_stage(self, options, data_start_step):
+        """Train on with other options (a pre-training phase's batch) and data whose first
+        batch is global step `data_start_step`'s (a resume skips this stage's batches only);
+        model, optimizer and checkpoints stay, the compiled loops are traced again."""
+        self.options = options
+        self.data_start_step = int(data_start_step)
+        self._train_loop_fn = self._eval_step_fn = None
 
     # ---- data -----------------------------------------------------------------------------
 
@@ -166,7 +176,8 @@ class Trainer:
         def fn(ctx):
             per_pipeline_steps = ctx.num_replicas_in_sync // ctx.num_input_pipelines
             return dataset_fn(ctx, ctx.get_per_replica_batch_size(global_batch), seed,
-                              step * per_pipeline_steps if training else 0)
+                              (step - self.data_start_step) * per_pipeline_steps
+                              if training else 0)
 
         return self.strategy.distribute_datasets_from_function(fn)
 
@@ -329,7 +340,8 @@ class Trainer:
                 report.close()
         return history
 
-    def evaluate(self, dataset_fn, max_steps, empty_error="no examples to evaluate"):
+    def evaluate(self, dataset_fn, max_steps, empty_error="no examples to evaluate",
+                 write_results=True):
         """Mean metrics over up to `max_steps` eval batches; the chief writes
         output_dir/eval_results.txt and eval summaries.
 
@@ -337,6 +349,7 @@ class Trainer:
             dataset_fn: see `distribute()`.
             max_steps: batches to evaluate at most.
             empty_error: BertError message when there is not a single full batch.
+            write_results: write eval_results.txt (False: the caller writes the results).
         """
         task, n = self.task, self.strategy.num_replicas_in_sync
         if self.options.eval_batch_size <= 0 or self.options.eval_batch_size % n:
@@ -349,7 +362,8 @@ class Trainer:
             max_steps, empty_error)
         results["global_step"] = self.step
         if self.is_chief:
-            self.write_results(results)
+            if write_results:
+                self.write_results(results)
             summaries.write_eval(self.options.output_dir, results["global_step"],
                                  {k: results[k] for k in task.eval_keys})
             log.info("eval at step %d: %s", results["global_step"],
