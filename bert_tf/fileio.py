@@ -95,10 +95,12 @@ def read_text(path, missing="file not found"):
         raise BertError(f"{path}: line {line} is not valid UTF-8") from None
 
 
+MAX_JSON_BYTES = 64 << 20  # configs and metadata are small: a bigger "config" is refused
+
 
 def read_json(path, missing="file not found"):
-    """A JSON object from `path` (gs:// too); one-line BertError when missing, not UTF-8, not
-    valid JSON, or not an object.
+    """A JSON object from `path` (gs:// too); one-line BertError when missing, over
+    MAX_JSON_BYTES, not UTF-8, not valid JSON, or not an object.
 
     Args:
         path: local or gs://... file.
@@ -108,6 +110,9 @@ def read_json(path, missing="file not found"):
         The parsed dict.
     """
     import json
+    import tensorflow as tf
+    if tf.io.gfile.exists(path) and tf.io.gfile.stat(path).length > MAX_JSON_BYTES:
+        raise BertError(f"{path}: over {MAX_JSON_BYTES >> 20} MiB, not a config/metadata file")
     try:
         data = json.loads(read_text(path, missing))
     except json.JSONDecodeError as e:

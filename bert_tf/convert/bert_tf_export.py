@@ -4,9 +4,10 @@
 Detected by `assets.extra/bert_tf_export.json`, also inside a directory of exports: the
 `encoder/` of bert-convert's pair (the vocab and casing come from `preprocessor/`) and the
 TF Serving layout (`<model>/<version>/`: the newest version), only where that SavedModel has
-the metadata. The model comes back from the
-Keras config in that metadata, with the exported variables in order. Writing goes through
-`bert_tf.exporter` (the export package is a higher layer than convert).
+the metadata. The model comes back from the Keras config in that metadata (Keras safe mode:
+Keras' and registered classes only), with the exported variables in order, read as data
+(`saved_model_data`: nothing in the SavedModel runs). Writing goes through `bert_tf.exporter`
+(the export package is a higher layer than convert).
 """
 import posixpath
 
@@ -95,6 +96,17 @@ def newest_export(directory):
     return None
 
 
+def _model_variables(export_dir):
+    """The export's `model_variables` values in order, read as data (nothing in it runs)."""
+    from bert_tf.convert.saved_model_data import SavedModelData
+    sm = SavedModelData(export_dir)
+    node = sm.node(["model_variables"])
+    if node is None:
+        raise BertError(f"{export_dir}: no model_variables in saved_model.pb (not an encoder "
+                        f"or end-to-end export, or truncated)")
+    return [value for _, value in sm.variables_of(node)]
+
+
 def load_model(export_dir, meta=None):
     """Rebuilds the bert_tf Keras model of an encoder/end-to-end export with its weights:
     (model, metadata). See `bert_tf.export.load_as_keras_model`.
@@ -111,13 +123,17 @@ def load_model(export_dir, meta=None):
     if "keras_config" not in meta:
         raise BertError(f"{export_dir}: exported by an older bert_tf (no keras_config in "
                         f"{EXTRA_DIR}/{METADATA_FILE}); export it again")
-    try:
-        model = keras.saving.deserialize_keras_object(meta["keras_config"])
-    except (TypeError, ValueError) as e:
+    if not isinstance(meta["keras_config"], dict) or not isinstance(
+            meta.get("variable_paths"), list):
+        raise BertError(f"{export_dir}: {EXTRA_DIR}/{METADATA_FILE}: keras_config is not an "
+                        f"object or variable_paths not a list")
+    try:  # safe mode: registered classes and Keras' own only, no Lambda
+        model = keras.saving.deserialize_keras_object(meta["keras_config"], safe_mode=True)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
         raise BertError(f"{export_dir}: cannot rebuild the model from its keras_config "
                         f"({str(e).strip().splitlines()[0]})") from None
     ensure_built(model)
-    saved = list(tf.saved_model.load(export_dir).model_variables)
+    saved = _model_variables(export_dir)
     name = type(model).__name__
     if len(saved) != len(model.weights):
         raise BertError(f"{export_dir}: {len(saved)} saved variables, {name} has "

@@ -20,6 +20,27 @@ from bert_tf.modeling.models import find_encoder
 log = logging.getLogger("bert_tf")
 
 
+def _inside(directory, prefix):
+    """`prefix` (what the directory's `checkpoint` file names) when it lies inside `directory`;
+    an absolute or `..` name pointing elsewhere is never read: the checkpoint of that name in
+    `directory` is taken instead where there is one, else BertError."""
+    if prefix is None:
+        return None
+    def norm(p):
+        if "://" in p:
+            scheme, _, rest = p.partition("://")
+            return f"{scheme}://{posixpath.normpath(rest)}"
+        return os.path.abspath(p)
+    base = norm(directory).rstrip("/" + os.sep) + ("/" if "://" in directory else os.sep)
+    if norm(prefix).startswith(base):
+        return prefix
+    here = posixpath.join(directory, posixpath.basename(prefix))
+    if tf.io.gfile.exists(here + ".index"):
+        return here
+    raise BertError(f"{directory}: its checkpoint file names {prefix}, outside this directory; "
+                    f"refusing to read it (pass the prefix of a checkpoint inside it)")
+
+
 def resolve_prefix(path):
     """A checkpoint prefix from a prefix, a `.index` file or a directory (its latest checkpoint).
 
@@ -31,7 +52,7 @@ def resolve_prefix(path):
     """
     path = os.fspath(path)
     if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
+        latest = _inside(path, tf.train.latest_checkpoint(path))
         if latest is None:
             indexes = sorted(tf.io.gfile.glob(posixpath.join(path, "*.index")))
             if len(indexes) != 1:

@@ -42,6 +42,10 @@ def by_name(name):
 def _no_format(path):
     """The one-line error for a path no format takes."""
     looked_for = "; ".join(f.looks_for for f in FORMATS if f.looks_for)
+    for f in FORMATS:
+        refusal = f.explain(path) if f.explain else None
+        if refusal:
+            return BertError(refusal)
     try:
         prefix = common.resolve_prefix(path)
     except BertError as e:

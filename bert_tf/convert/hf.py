@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from bert_tf import BertError, fileio
 from bert_tf.convert import common
-from bert_tf.convert.source import Format, Source, file_in, parent
+from bert_tf.convert.source import Format, Source, file_in, parent, safe_relative
 from bert_tf.convert.tf1 import tf1_name_map
 from bert_tf.modeling import models as bm
 from bert_tf.modeling.config import BertConfig
@@ -88,6 +88,15 @@ def _normalise(name):
     return name
 
 
+def _weight_map(index):
+    """{tensor name: shard file name} of a `model.safetensors.index.json` (checked types)."""
+    weight_map = fileio.read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise BertError(f"{index}: 'weight_map' is not an object of tensor name -> file name")
+    return weight_map
+
+
 def _read_safetensors(path):
     from safetensors.numpy import load as st_load
     path = os.fspath(path)
@@ -95,9 +104,8 @@ def _read_safetensors(path):
     if tf.io.gfile.isdir(path):
         index = posixpath.join(path, "model.safetensors.index.json")
         if tf.io.gfile.exists(index):
-            with tf.io.gfile.GFile(index, "r") as f:
-                shards = sorted(set(json.load(f)["weight_map"].values()))
-            files = [posixpath.join(path, s) for s in shards]
+            shards = sorted(set(_weight_map(index).values()))
+            files = [safe_relative(path, s, "shard") for s in shards]
         else:
             files = [posixpath.join(path, "model.safetensors")]
     tensors = {}
@@ -121,7 +129,7 @@ def hf_tensor_names(path):
     if tf.io.gfile.isdir(path):
         index = posixpath.join(path, "model.safetensors.index.json")
         if tf.io.gfile.exists(index):
-            return {_normalise(n) for n in fileio.read_json(index)["weight_map"]}
+            return {_normalise(n) for n in _weight_map(index)}
         path = posixpath.join(path, "model.safetensors")
     try:
         length = tf.io.gfile.stat(path).length
@@ -313,6 +321,26 @@ def _detect(path):
     return None
 
 
+# Weights files HF folders may hold that bert_tf never reads: pickles (torch.load runs code),
+# Keras 2 HDF5 and Flax. Only model.safetensors is data.
+_NOT_READ = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
+             "tf_model.h5.index.json", "flax_model.msgpack")
+
+
+def _explain(path):
+    """The refusal for a HF folder (or file) with weights only in a format bert_tf does not
+    read, else None."""
+    name = os.path.basename(path.rstrip("/"))
+    found = ([name] if name in _NOT_READ or name.endswith((".bin", ".pt", ".pth", ".pkl"))
+             else [n for n in _NOT_READ if tf.io.gfile.isdir(path) and file_in(path, n)])
+    if not found:
+        return None
+    return (f"{path}: holds {found[0]} but no model.safetensors; bert_tf reads Hugging Face "
+            f"weights from safetensors only (a .bin is a pickle: loading it runs code): save "
+            f"the model with transformers' save_pretrained(dir, safe_serialization=True) and "
+            f"pass that folder")
+
+
 def _read(path):
     from bert_tf.convert import sentence_transformers as st
     directory = path if tf.io.gfile.isdir(path) else parent(path)
@@ -342,4 +370,5 @@ def _config(path):
 
 
 FORMAT = Format("hf", _detect, _read, _write, heads=True, needs_vocab=True, config=_config,
+                explain=_explain,
                 looks_for="model.safetensors (Hugging Face)")

@@ -21,7 +21,8 @@ def _read(path):
     if not tf.io.gfile.exists(path):
         raise BertError(f"{path}: file not found")
     try:
-        model = keras.saving.load_model(path, compile=False)
+        # safe mode: no Lambda or pickled code runs, only registered classes are built
+        model = keras.saving.load_model(path, compile=False, safe_mode=True)
     except Exception as e:  # Keras raises many types for a bad file
         raise BertError(f"{path}: cannot load this .keras file ({error_gist(e)})") from None
     pre = getattr(model, "preprocessor", None)

@@ -78,15 +78,13 @@ def keras_hub_casing(preset_dir):
     preset built with `BertTokenizer(lowercase=True)` lower-cases but keeps accents, unlike
     the original's uncased FullTokenizer. A preset without tokenizer.json: (True, True).
     """
-    import json
+    from bert_tf import fileio
     path = os.path.join(preset_dir, "tokenizer.json")
     if not os.path.exists(path):
         return True, True
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f).get("config", {})
-    except (ValueError, AttributeError) as e:
-        raise BertError(f"{path}: not a keras-hub tokenizer config ({e})") from None
+    config = fileio.read_json(path).get("config", {})  # size-bounded, one-line errors
+    if not isinstance(config, dict):
+        raise BertError(f"{path}: not a keras-hub tokenizer config ('config' is not an object)")
     return bool(config.get("lowercase", False)), bool(config.get("strip_accents", False))
 
 

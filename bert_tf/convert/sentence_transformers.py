@@ -5,7 +5,7 @@ import json
 import posixpath
 
 from bert_tf import BertError, fileio
-from bert_tf.convert.source import file_in
+from bert_tf.convert.source import file_in, safe_relative
 
 # sentence-transformers' Pooling modes bert_tf has (the pooler is BERT's, "cls").
 _POOLING = {"pooling_mode_cls_token": "cls_token", "pooling_mode_mean_tokens": "mean"}
@@ -14,6 +14,9 @@ _OTHER = ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
 
 
 def _modules(path):
+    import tensorflow as tf
+    if tf.io.gfile.stat(path).length > fileio.MAX_JSON_BYTES:
+        raise BertError(f"{path}: over {fileio.MAX_JSON_BYTES >> 20} MiB, not a modules list")
     try:
         modules = json.loads(fileio.read_text(path))
     except ValueError:
@@ -56,6 +59,9 @@ def pooling(directory, read_pooling=True):
             kind = str(m.get("type", ""))
             if kind.endswith(".Pooling") and m.get("path"):
                 folder = m["path"]
+                if not isinstance(folder, str):
+                    raise BertError(f"{modules_file}: the Pooling module's path is not a string")
+                safe_relative(d, folder, "module path")  # never read outside the model
             normalize = normalize or kind.endswith(".Normalize")
         config_file = file_in(d, f"{folder}/config.json") if read_pooling else None
         if config_file is None:

@@ -42,6 +42,8 @@ class Format:
         also_reads: names of formats `--from=<name>` accepts too (read as what they are).
         config: path of a JSON config file -> BertConfig when the file is in this format's
             dialect, else None (`--bert_config_file`; the default is bert_config.json's).
+        explain: path no format takes -> a one-line refusal when the path holds this format's
+            kind of model in a form bert_tf does not read (e.g. a pickle), else None.
     """
     name: str
     detect: object
@@ -53,9 +55,12 @@ class Format:
     aliases: tuple = ()
     also_reads: tuple = ()
     config: object = None
+    explain: object = None
 
     def __post_init__(self):
         object.__setattr__(self, "detect", _never_raises(self.detect))
+        if self.explain is not None:
+            object.__setattr__(self, "explain", _never_raises(self.explain))
 
 
 # What a path no format takes (a garbage name, an unreadable or foreign file) raises in detect.
@@ -130,6 +135,22 @@ class Source:
 def join(*parts):
     """os.path.join, posixpath for URLs (gs://)."""
     return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
+
+
+def safe_relative(directory, name, what):
+    """directory/name for a file name a SavedModel or its metadata records; BertError when the
+    name is absolute or climbs out (`..`), so reading never leaves `directory`.
+
+    Args:
+        directory: the folder the name is relative to.
+        name: the recorded name.
+        what: what the name is, for the error message.
+    """
+    parts = name.replace("\\", "/").split("/")
+    if not name or name.startswith(("/", "\\")) or ":" in parts[0] or ".." in parts:
+        raise BertError(f"{directory}: {what} {name!r} is not a file name inside the folder "
+                        f"(absolute or with '..'); refusing to read outside it")
+    return join(directory, *[p for p in parts if p not in ("", ".")])
 
 
 def file_in(directory, name):

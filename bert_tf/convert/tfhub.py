@@ -1,19 +1,19 @@
 """TF Hub BERT SavedModels (Model Garden's `export_tfhub_lib`) -> bert_tf weights + vocab.
 
-No peer is needed: the encoder SavedModel is read with `tf.saved_model.load` through the
-variable names of `official.nlp.modeling.networks.BertEncoder` (`transformer/layer_0/...`)
-and, when exported with `with_mlm=True`, of its `mlm` sub-model (`.../cls/predictions/...`).
-The vocab and do_lower_case come from the encoder (`vocab_file` asset, `do_lower_case`) or from
-the matching preprocessing SavedModel.
+No peer is needed, and nothing in the SavedModel runs: it is read as data
+(`bert_tf.convert.saved_model_data`), through the variable names of
+`official.nlp.modeling.networks.BertEncoder` (`transformer/layer_0/...`) in its `variables`
+list and, when exported with `with_mlm=True`, in its `mlm` sub-model's
+(`.../cls/predictions/...`). The vocab and do_lower_case come from the encoder (`vocab_file`
+asset, `do_lower_case` variable) or from the matching preprocessing SavedModel.
 
 >>> model, vocab, lower = load_tfhub_encoder("bert_en_uncased_L-2_H-128_A-2/2")  # doctest: +SKIP
 """
 import os
 
-import numpy as np
-
 from bert_tf import BertError
 from bert_tf.convert.interop import config_from_weights, model_from_weights, weights_source
+from bert_tf.convert.saved_model_data import SavedModelData
 from bert_tf.convert.source import Format, saved_model_inside
 
 _EMBEDDINGS = {
@@ -44,18 +44,6 @@ _MLM = {
 }
 
 
-def _load(export_dir):
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the ops of preprocessing SavedModels)
-    if not tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb")):
-        raise BertError(f"{export_dir}: not a SavedModel (no saved_model.pb)")
-    try:
-        return tf.saved_model.load(export_dir)
-    except (tf.errors.OpError, ValueError) as e:
-        raise BertError(f"{export_dir}: cannot load the SavedModel "
-                        f"({str(e).splitlines()[0][:200]})") from None
-
-
 def _tf1_name(name, num_layers_seen):
     name = name.split(":")[0]
     for theirs, ours in {**_EMBEDDINGS, **_MLM}.items():
@@ -80,16 +68,17 @@ def read_tfhub_encoder(export_dir, hidden_act="gelu"):
         hidden_act: not recorded in the SavedModel; export_tfhub_lib uses the config's
             "gelu", the tanh approximation (bert_tf's "gelu").
     """
-    loaded = _load(export_dir)
-    variables = list(getattr(loaded, "variables", []) or [])
-    mlm = getattr(loaded, "mlm", None)
-    if mlm is not None:
-        variables += list(mlm.variables)
+    sm = SavedModelData(export_dir)
+    variables = []
+    for path in (["variables"], ["mlm", "variables"]):  # what `loaded.variables` would list
+        node = sm.node(path)
+        if node is not None:
+            variables += sm.items(node)
     weights, layers = {}, set()
     for v in variables:
-        name = _tf1_name(v.name, layers)
-        if name is not None:
-            weights.setdefault(name, v.numpy())
+        name = _tf1_name(sm.variable_name(v), layers) if sm.kind(v) == "variable" else None
+        if name is not None and name not in weights:
+            weights[name] = sm.value(v)
     if "bert/embeddings/word_embeddings" not in weights or not layers:
         raise BertError(f"{export_dir}: no BERT encoder variables (expected Model Garden "
                         "BertEncoder names such as transformer/layer_0/self_attention/...)")
@@ -107,10 +96,11 @@ def read_tfhub_encoder(export_dir, hidden_act="gelu"):
         weights[k] = weights[k].reshape(h, h)
     cfg = config_from_weights(weights, heads, hidden_act, export_dir)
     vocab_file = do_lower_case = None
-    if hasattr(loaded, "vocab_file"):
-        vocab_file = loaded.vocab_file.asset_path.numpy().decode("utf-8")
-    if hasattr(loaded, "do_lower_case"):
-        do_lower_case = bool(loaded.do_lower_case.numpy())
+    vocab_node, lower_node = sm.node(["vocab_file"]), sm.node(["do_lower_case"])
+    if vocab_node is not None and sm.kind(vocab_node) == "asset":
+        vocab_file = sm.asset_path(vocab_node)
+    if lower_node is not None and sm.kind(lower_node) == "variable":
+        do_lower_case = bool(sm.value(lower_node))
     return cfg, weights, vocab_file, do_lower_case
 
 
@@ -137,27 +127,40 @@ def load_tfhub_encoder(export_dir, bert_config=None, hidden_act="gelu"):
 def read_tfhub_preprocessor(export_dir):
     """(vocab_file, do_lower_case) of a TF Hub BERT preprocessing SavedModel.
 
-    The vocab is the export's one .txt asset; lower-casing is observed by tokenizing a vocab
-    word and its upper-case form (the SavedModel records no flag).
+    The vocab is the export's one .txt asset. Lower-casing is read, not run: the
+    `do_lower_case` bert_tf's exports record in assets.extra, else the `lower_case` of the
+    Keras tokenizer layer's config the SavedModel stores (Model Garden's), else whether its
+    graph lower-cases at all (a `CaseFoldUTF8` or `StringLower` op).
     """
     import tensorflow as tf
-    from bert_tf import tokenization
     assets = os.path.join(export_dir, "assets")
     found = sorted(f for f in tf.io.gfile.glob(os.path.join(assets, "*.txt")))
     if len(found) != 1:
         raise BertError(f"{export_dir}: expected one vocab .txt asset in assets/, found "
                         f"{len(found)} (not a WordPiece BERT preprocessor?)")
-    vocab_file = found[0]
-    loaded = _load(export_dir)
-    if not hasattr(loaded, "tokenize"):
+    sm = SavedModelData(export_dir)
+    if sm.node(["tokenize"]) is None:
         raise BertError(f"{export_dir}: no `tokenize` (not a TF Hub BERT preprocessor)")
-    words = [w for w in tokenization.vocab_tokens(vocab_file) if w.isalpha() and w.islower()]
-    if not words:
-        return vocab_file, True
-    probe = tf.constant([words[0], words[0].upper()])
-    ids = loaded.tokenize(probe)
-    rows = ids.merge_dims(1, 2).to_list() if ids.ragged_rank > 1 else ids.to_list()
-    return vocab_file, bool(np.array_equal(rows[0], rows[1]))
+    return found[0], _preprocessor_lower_case(sm)
+
+
+def _preprocessor_lower_case(sm):
+    import json
+    import tensorflow as tf
+    from bert_tf import fileio
+    meta = os.path.join(sm.dir, "assets.extra", "bert_tf_export.json")
+    if tf.io.gfile.exists(meta) and isinstance(fileio.read_json(meta).get("do_lower_case"),
+                                               bool):
+        return fileio.read_json(meta)["do_lower_case"]
+    for node in sm.graph.nodes:  # tf_keras layers keep their config as JSON metadata
+        if node.WhichOneof("kind") == "user_object" and "lower_case" in node.user_object.metadata:
+            try:
+                config = json.loads(node.user_object.metadata).get("config", {})
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(config, dict) and isinstance(config.get("lower_case"), bool):
+                return config["lower_case"]
+    return bool(sm.op_types() & {"CaseFoldUTF8", "StringLower"})
 
 
 # ---- the format (bert_tf.convert.source) -----------------------------------------------------

@@ -8,6 +8,11 @@
 - `load_as_keras_model(export_dir)`: the original bert_tf Keras model rebuilt from the export's
   metadata with the exported weights, for fine-tuning with dropout (the "own model +
   checkpoint" route).
+
+A TFSMLayer runs the SavedModel's functions (a SavedModel is a program): give
+`load_as_keras_layer` exports you trust, such as your own. `load_as_keras_model` runs nothing
+from the export: its weights are read as data (`bert_tf.convert.saved_model_data`) and its
+Keras config is rebuilt in Keras' safe mode.
 """
 import bert_tf  # noqa: F401
 import keras
@@ -65,7 +70,8 @@ class SavedModelLayer(keras.layers.TFSMLayer):
 
 
 def load_as_keras_layer(export_dir, signature=None, trainable=False, name=None):
-    """keras.layers.TFSMLayer over export_dir.
+    """keras.layers.TFSMLayer over export_dir. It runs the SavedModel's code: use it on exports
+    you trust (bert_tf's, your own); `load_as_keras_model` reads an export as data.
 
     Args:
         export_dir: any bert_tf SavedModel export.
@@ -86,7 +92,8 @@ def load_as_keras_model(export_dir):
     """Rebuilds the bert_tf Keras model of an encoder/end-to-end export with its weights.
 
     The model comes back from the Keras config stored in the export's metadata
-    (`keras.saving.deserialize_keras_object`), then takes the exported variables in order.
+    (`keras.saving.deserialize_keras_object`, safe mode), then takes the exported variables in
+    order, read from the export's `variables/` as data: nothing in the SavedModel runs.
 
     Args:
         export_dir: an encoder or end-to-end export.
