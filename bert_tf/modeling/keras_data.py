@@ -174,6 +174,7 @@ class KerasConventions:
             jit = bool(self.jit_compile)  # Keras' "auto" resolved: XLA needs static shapes
         except AttributeError:
             jit = False
+        # Several replicas: tf.distribute traces each in a thread of its own, without the mode.
         replicas = self.distribute_strategy.num_replicas_in_sync
         if not real_length.cuts(pad_to_max_seq_length=pad, xla=jit) or replicas > 1:
             return "off"

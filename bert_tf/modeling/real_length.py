@@ -21,18 +21,21 @@ traced once with a dynamic length, so coarser rounding only adds work (8 suits m
 What is per position (`is_position_output`): decided from what the model returns, one way
 everywhere: computed on inputs whose length is dynamic, an output whose axis 1 is dynamic too
 follows the length (it is per position); one with a static axis 1 (pooled, class, [B, C]
-outputs, whatever C is) does not. A model whose outputs are not all dense tensors cannot be
-classified: it is not cut, and that is logged once.
+outputs, whatever C is) does not. A model whose outputs cannot be classified (not all dense
+tensors, or no trace on a dynamic length) is not cut, and that is logged once. Keras' fit and
+evaluate do not cut models with per-position outputs (their losses would see fewer positions).
 
 What padding positions hold (`restore_outputs`): 0, unless the model declares otherwise next
 to its outputs (`padding_values`, e.g. `BertSpanLabeler`'s start/end logits hold
 SPAN_PAD_LOGIT). Every padding position (input_mask 0, past the cut or in a hole) holds it, so
 an output does not depend on what else was in the batch.
 
-A row with no real tokens (input_mask all 0) has nothing real to compute: its per-position
-outputs hold the padding values at every position, cut or padded. Its pooled and class outputs
-are the model's on a row of padding only, whose attention spreads over every position given:
-they follow the batch's cut length (the padded computation's follow S), so do not use them.
+A row with no real tokens (input_mask all 0) has nothing real to compute: where its outputs
+are padded back, its per-position outputs hold the padding values at every position (a
+padded computation without restore holds what the model computes there). Its pooled and
+class outputs are the model's on a row of padding only, whose attention spreads over every
+position given: they follow the batch's cut length (a padded computation's follow S), so they
+differ between the two; do not use them.
 
 >>> import tensorflow as tf
 >>> from bert_tf.modeling import real_length as rl
@@ -55,7 +58,6 @@ import tensorflow as tf
 log = logging.getLogger("bert_tf")
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
-MASK_KEYS = ("input_mask",)  # the feature that says which positions are real
 # What start/end logits hold at padding positions of a restored output: far below any real
 # logit, so no decoder picks them; finite, so JSON carries it and a start + an end does not
 # overflow float32.
@@ -88,12 +90,8 @@ def step(max_seq_length, xla=False):
 
 
 def bucket_step(max_seq_length):
-    """The rounding step under XLA: at most 8 buckets up to 128 and 16 above, each a multiple
-    of 8 (lengths that suit matmul tiling).
-
-    Args:
-        max_seq_length: int, the fixed (padded) length.
-    """
+    """The rounding step under XLA for int `max_seq_length`: at most 8 buckets up to 128 and
+    16 above, each a multiple of 8 (lengths that suit matmul tiling)."""
     buckets = 8 if max_seq_length <= 128 else 16
     return max(8, int(math.ceil(max_seq_length / buckets / 8.0)) * 8)
 
@@ -151,11 +149,12 @@ def cut(features, length, keys=None):
             that of `input_mask`, which must then be static).
     """
     if keys is None:
-        seq = _seq_dim(features)
+        seq = tf.convert_to_tensor(features["input_mask"]).shape[1]
         if seq is None:  # nothing to compare with: cutting nothing would pass silently
             raise ValueError("real_length.cut: keys=None needs an input_mask with a static "
                              "length (axis 1); pass keys=")
-        keys = [k for k, v in features.items() if _is_sequence(v, seq)]
+        keys = [k for k, v in features.items()
+                if len(getattr(v, "shape", ())) >= 2 and v.shape[1] == seq]
     out = dict(features)
     for k in keys:
         out[k] = out[k][:, :length]
@@ -183,18 +182,6 @@ def cut_inputs(inputs, at_least=None, step=STEP):
     s = mask.shape[1] if mask.shape[1] is not None else tf.shape(mask)[1]
     length = bucket_length(length, s, step=step)
     return cut(inputs, length, keys=[k for k in INPUT_NAMES if k in inputs]), length
-
-
-def _seq_dim(features):
-    for key in MASK_KEYS:
-        if key in features:
-            return tf.convert_to_tensor(features[key]).shape[1]
-    return None
-
-
-def _is_sequence(v, seq):
-    shape = getattr(v, "shape", None)
-    return shape is not None and len(shape) >= 2 and seq is not None and shape[1] == seq
 
 
 def cut_batch_fn(max_seq_length, step=None, keys=INPUT_NAMES, cover=()):
@@ -245,15 +232,9 @@ def is_position_output(x):
     return x.shape.rank is not None and x.shape.rank >= 2 and x.shape[1] is None
 
 
-def classifiable(outputs):
-    """Whether every output is a dense tensor (or spec) of known rank."""
-    return all(isinstance(x, (tf.Tensor, tf.TensorSpec)) and x.shape.rank is not None
-               for x in tf.nest.flatten(outputs))
-
-
 def padding_values(model):
-    """What a model declares its per-position outputs hold at padding ({key: value}; others
-    hold 0): the model's, or its inner model's, `padding_values` attribute."""
+    """{output key: what its padding positions hold} as the model (or its inner `.model`)
+    declares in `padding_values`; other outputs hold 0."""
     for m in (model, getattr(model, "model", None)):
         values = getattr(m, "padding_values", None)
         if values is not None:
@@ -339,14 +320,12 @@ def _log_once(what, why):
     log.warning("%s: computed at full length (%s)", what, why)
 
 
-def cuttable(inputs, what="model"):
+def cuttable(inputs):
     """Whether a model call on `inputs` may be cut: only the encoder inputs are given, as
-    tensors (inputs that index positions, like masked_lm_positions, may point past the cut)."""
-    if not isinstance(inputs, dict) or "input_mask" not in inputs:
-        return False
-    if not all(isinstance(v, tf.Tensor) for v in inputs.values()):
-        return False  # symbolic (KerasTensor) or host values: Keras' own business
-    return set(inputs) <= set(INPUT_NAMES)
+    tensors (inputs that index positions, like masked_lm_positions, may point past the cut;
+    symbolic KerasTensors are Keras' own business)."""
+    return isinstance(inputs, dict) and "input_mask" in inputs and set(inputs) <= set(
+        INPUT_NAMES) and all(isinstance(v, tf.Tensor) for v in inputs.values())
 
 
 def output_kinds(call, inputs, cache, what="model"):
@@ -371,7 +350,8 @@ def output_kinds(call, inputs, cache, what="model"):
             out, why = None, f"its outputs cannot be traced on a dynamic length: {e}"
         else:
             why = "its outputs are not all dense tensors"
-        if out is None or not classifiable(out):
+        if out is None or not all(isinstance(x, tf.Tensor) and x.shape.rank is not None
+                                  for x in tf.nest.flatten(out)):  # graph tensors
             _log_once(what, f"cannot tell which outputs are per position; {why}")
             cache[key] = None
         else:
@@ -401,18 +381,16 @@ def call_on_real_length(call, inputs, values=None, step=STEP):
 
 # ---- the Keras mode: in the traced step, per thread -------------------------------------------
 
-# Inside Keras fit / evaluate / predict: the mode of the step being traced. Thread-local, so a
-# direct `model(x)` in another thread is never cut, and read while Keras traces its step, so
-# each traced step function holds its mode (KerasConventions caches one per mode).
+# The mode of the Keras step being traced: thread-local, so another thread's direct call is
+# never cut; read while Keras traces, so each traced step holds its mode (KerasConventions
+# keeps one step per mode). "losses" (fit / evaluate: cut only models without per-position
+# outputs, whose losses would see other positions), "outputs" (predict: cut, per-position
+# outputs restored), "off" (not cut); None: outside fit / evaluate / predict.
 _keras = threading.local()
-# Modes: "losses" (fit / evaluate: cut only models without per-position outputs, whose
-# losses would otherwise see different positions), "outputs" (predict: cut every classifiable
-# model, per-position outputs restored), "off" (inside, not cut). None: outside all three.
-KERAS_MODES = ("losses", "outputs", "off")
 
 
 def keras_mode():
-    """The mode this thread's Keras step is traced in (None: not inside fit/evaluate/predict)."""
+    """This thread's Keras mode (None: not inside fit / evaluate / predict)."""
     return getattr(_keras, "mode", None)
 
 
