@@ -132,11 +132,15 @@ def test_from_pretrained_and_convert_read_as_data(src, variant, tmp_path):
         assert_same(weights_of(bert_tf.from_pretrained(out)), src["want"])
 
 
-def test_load_as_keras_model_and_preprocessor_casing_read_as_data(src, tmp_path):
-    from bert_tf.convert import tfhub
+def test_load_as_keras_model_reads_as_data(src):
     model, meta = bert_tf.export.load_as_keras_model(os.path.join(src["paths"]["ours"], "1"))
     assert meta["kind"] == "encoder"
     assert_same(weights_of(model), src["want"])
+
+
+@pytest.mark.slow  # two preprocessor exports, each saved twice (~30 s)
+def test_preprocessor_casing_is_read_as_data(src, tmp_path):
+    from bert_tf.convert import tfhub
     import tensorflow_text  # noqa: F401  (the preprocessor's ops, for the clean re-save)
     for lower in (True, False):
         clean, marker = str(tmp_path / f"pre_{lower}"), tmp_path / f"marker_{lower}.txt"
