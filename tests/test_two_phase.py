@@ -190,7 +190,7 @@ def test_restart_schedule_with_a_fresh_optimizer_resumes_inside_phase_2(data, ex
     _same_end(tmp_path / "run", tmp_path / "again", full, again, N1 + 1)
 
 
-def test_bad_phase_2_input_is_one_line_and_writes_nothing(data, continued, exports, tmp_path):
+def test_bad_phase_2_input_is_one_line_and_writes_nothing(data, exports, tmp_path):
     from bert_tf.training.preflight_run import check_run
     out = tmp_path / "out"
     p2 = str(data / "p2.tfrecord")

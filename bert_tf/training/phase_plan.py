@@ -46,8 +46,9 @@ class Phase:
     Attributes:
         number: 1 or 2.
         start, end: the global steps it runs.
-        options: the run's PretrainingOptions with this phase's input_file, eval_input_file,
-            max_seq_length, max_predictions_per_seq and train_batch_size.
+        options: the run's PretrainingOptions with this phase's input_file, eval_input_file
+            (None: its input_file), max_seq_length, max_predictions_per_seq and
+            train_batch_size.
         prefix: its flags' prefix ("--" or "--phase2_"), named in its errors.
         of: how many phases the run has.
     """
@@ -101,8 +102,7 @@ def phases(options):
     v = phase2_values(o)
     n1, n2 = o.num_train_steps, v["phase2_num_train_steps"]
     second = dataclasses.replace(
-        o, input_file=o.phase2_input_file,
-        eval_input_file=o.phase2_eval_input_file or o.phase2_input_file,
+        o, input_file=o.phase2_input_file, eval_input_file=o.phase2_eval_input_file,
         max_seq_length=o.phase2_max_seq_length,
         max_predictions_per_seq=o.phase2_max_predictions_per_seq,
         train_batch_size=v["phase2_train_batch_size"])
