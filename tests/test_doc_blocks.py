@@ -76,6 +76,8 @@ SLOW = {
     ("README.md", "BERT=uncased_L-12_H-768_A-12"),  # fine-tunes and exports: ~30 s
     ("README.md", "bert-create-pretraining-data --input_file='corpus/*"),  # + 4 exports: ~40 s
     ("README.md", "bert-pack-pretraining-data"),  # packs the block above's records: ~25 s
+    # two phases in one command, ~30 s; tests/test_two_phase.py runs the same recipe
+    ("docs/long_runs.md", "bert-run-pretraining --bert_config_file=uncased_L-12_H-768_A-12/"),
 }
 # A block that does this never runs unless SKIP names it (it would reach out of the test, or
 # change the environment the tests run in).

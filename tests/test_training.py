@@ -168,6 +168,9 @@ def test_eval_metrics_match_an_eager_computation(tmp_path, records):
     assert res["global_step"] == 0
 
 
+# Slow (~40 s): the default suite keeps two replicas on packed batches (test_packed_training)
+# and in fine-tuning (test_tasks_learn's mirrored test).
+@pytest.mark.slow
 @pytest.mark.skipif(not TWO_CPUS, reason="TensorFlow was initialised before conftest split the CPU")
 def test_two_replicas_match_one_device(tmp_path, records, reference):
     one, h1 = reference
@@ -195,6 +198,9 @@ def test_strategies_in_one_process_use_distinct_collective_keys():
     np.testing.assert_array_equal(all_reduce_ones(get_strategy("mirrored"), [1]), [2])
 
 
+# Slow (~30 s): the default suite resumes to the uninterrupted run's numbers in test_preemption
+# (the same command after SIGTERM/SIGKILL), test_two_phase and test_bf16.
+@pytest.mark.slow
 def test_resume_continues_with_identical_losses(tmp_path, records):
     pattern, _ = records
     config = tiny_bert_config(dropout=0.1)  # dropout RNG state is part of the checkpoint
@@ -236,7 +242,8 @@ def restore_policy():
     set_mixed_precision("none")
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+# bfloat16 is slow here (~16 s): tests/test_bf16.py trains, evaluates, resumes and exports it.
+@pytest.mark.parametrize("precision", [pytest.param("bfloat16", marks=pytest.mark.slow), "float16"])
 def test_mixed_precision(tmp_path, records, reference, precision, restore_policy):
     ref = _losses(reference[1])
     runner = _runner(tmp_path, precision, mixed_precision=precision)
