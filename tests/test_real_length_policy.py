@@ -62,11 +62,68 @@ class PerToken(BertTaskModel):
 
 @keras.saving.register_keras_serializable(package="test_real_length_policy")
 class StaticOnly(BertClassifier):
-    """Cannot be traced on a dynamic length: unclassifiable."""
+    """Cannot be traced on another length: unclassifiable."""
 
     def call(self, inputs, training=None):
-        int(inputs["input_mask"].shape[1])  # a static length or a TypeError
+        if inputs["input_mask"].shape[1] not in (None, S):
+            raise TypeError("computes length S only")
         return super().call(inputs, training=training)
+
+
+@keras.saving.register_keras_serializable(package="test_real_length_policy")
+class Transposed(BertTaskModel):
+    """Returns the sequence output transposed, [B, H, S]: the length is not on axis 1."""
+
+    def call(self, inputs, training=None):
+        enc = self.encoder(inputs, training=training)
+        return {"hs": tf.transpose(enc["sequence_output"], [0, 2, 1]),
+                "pooled": enc["pooled_output"]}
+
+
+@keras.saving.register_keras_serializable(package="test_real_length_policy")
+class Reshaped(BertClassifier):
+    """Class logits [B, 3] whose axis 1 loses its static size (a reshape to [B, -1])."""
+
+    def call(self, inputs, training=None):
+        logits = super().call(inputs, training=training)["logits"]
+        return {"logits": tf.reshape(logits, tf.stack([tf.shape(logits)[0], -1]))}
+
+
+@pytest.mark.parametrize("cls", [Transposed, Reshaped])
+def test_an_output_without_the_length_on_axis_1_is_not_cut_and_keeps_its_shape(cls, caplog):
+    model = cls.from_bert_config(_cfg(), 3, dropout_rate=0.0) if cls is Reshaped \
+        else cls.from_bert_config(_cfg())
+    model.build()
+    pad = _twin(model)
+    x = _ids([3, 5, 2, 4, 16, 3, 7, 2, 3, 4])  # batches cut to 8, 16 and 8 if cut
+    with caplog.at_level(logging.WARNING, logger="bert_tf"):
+        got = model.predict(x, batch_size=4, verbose=0)
+    want = pad.predict(x, batch_size=4, verbose=0)
+    assert model.__dict__["_real_length_outputs"] == {
+        next(iter(model.__dict__["_real_length_outputs"])): None}
+    assert any(cls.__name__ in r.getMessage() for r in caplog.records)
+    for k in want:
+        assert got[k].shape == want[k].shape, k
+        np.testing.assert_allclose(got[k], want[k], rtol=0, atol=1e-5, err_msg=k)
+    if cls is Transposed:
+        assert got["hs"].shape == (10, 32, S)
+    else:
+        assert got["logits"].shape == (10, 3)
+
+
+def test_output_kinds_by_two_lengths_and_restore_checks_the_cut_length():
+    def call(x):
+        h = tf.cast(tf.one_hot(x["input_word_ids"], 4), tf.float32)  # [B, S, 4]
+        return {"pos": h, "cls": tf.reduce_sum(h, 1), "att": tf.einsum("bsh,bth->bst", h, h),
+                "t": tf.transpose(h, [0, 2, 1])}
+    x = {k: tf.constant(v) for k, v in _ids([3, 5]).items()}
+    assert real_length.output_kinds(lambda i: {k: call(i)[k] for k in ("pos", "cls")}, x,
+                                    {}) == ("pos",)
+    for k in ("att", "t"):
+        assert real_length.output_kinds(lambda i, k=k: {k: call(i)[k]}, x, {}) is None, k
+    # A [B, 3] output taken for per position by mistake fails loudly, never padded to S.
+    with pytest.raises(tf.errors.InvalidArgumentError, match="cut length"):
+        real_length.call_on_real_length(lambda i: {"logits": tf.ones([2, 3])}, x, ("logits",))
 
 
 def test_undeclared_per_position_subclass_is_cut_in_predict_only():
@@ -147,7 +204,7 @@ def test_keras_fit_with_a_bs_multi_label_target_equals_padded():
                                        call(inputs, **kw))[1]
     h = model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
     h_pad = pad.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
-    assert seen and set(seen) == {None}  # cut
+    assert seen[:2] == [8, 16] and set(seen[2:]) == {None}  # kinds (two lengths), cut
     np.testing.assert_allclose(h.history["loss"], h_pad.history["loss"], rtol=0, atol=1e-5)
 
 
@@ -241,8 +298,9 @@ def test_fit_predict_rounds_do_not_retrace():
         model.fit(x, y, batch_size=4, epochs=1, verbose=0)
         out = model.predict(val, batch_size=4, verbose=0)
         counts.append(len(traces))
-    # Round 1: the outputs' kinds, fit's step (full length), predict's (cut); then none.
-    assert counts == [3, 3, 3], traces
+    # Round 1: the outputs' kinds (two lengths), fit's step (full length), predict's (cut);
+    # then none.
+    assert counts == [4, 4, 4], traces
     assert not out["logits"][val["input_mask"] == 0].any()
 
 

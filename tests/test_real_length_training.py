@@ -218,7 +218,7 @@ def test_keras_fit_evaluate_predict_on_ids_cut_per_batch(tmp_path):
     seen = _record_lengths(cut)
     p_cut, p_pad = cut.predict(x, batch_size=4, verbose=0), \
         pad.predict(x, batch_size=4, verbose=0, pad_to_max_seq_length=True)
-    assert seen == [None, None]  # what it returns (a dynamic-length trace), then its cut step
+    assert seen == [8, 16, None]  # what it returns (traces at two lengths), then its cut step
     mask = arrays["input_mask"] > 0
     assert p_cut["logits"].shape == p_pad["logits"].shape == (12, S, 3)
     np.testing.assert_allclose(p_cut["logits"][mask], p_pad["logits"][mask], rtol=0, atol=1e-5)
@@ -232,7 +232,7 @@ def test_keras_fit_evaluate_predict_on_ids_cut_per_batch(tmp_path):
     seen = _record_lengths(cut)
     y = arrays["label_ids"][:, 0]
     h_cut = cut.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
-    assert seen and set(seen) == {None}
+    assert seen[:2] == [8, 16] and set(seen[2:]) == {None}  # kinds, then cut
     pad.pad_to_max_seq_length = True  # the attribute, as the keyword
     h_pad = pad.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
     np.testing.assert_allclose(h_cut.history["loss"], h_pad.history["loss"], rtol=0, atol=1e-5)
@@ -261,7 +261,7 @@ def test_keras_fit_predict_on_texts_cut_per_batch(tmp_path):
     pad.pad_to_max_seq_length = True
     seen = {}  # the length the inner model is traced with in predict: cut (None) or S
     for name, m in (("cut", cut), ("pad", pad)):
-        m.model.call = (lambda call, name: lambda x, **kw: (seen.setdefault(
+        m.model.call = (lambda call, name: lambda x, **kw: (seen.__setitem__(
             name, x["input_mask"].shape[1]), call(x, **kw))[1])(m.model.call, name)
     np.testing.assert_allclose(cut.predict(texts, batch_size=4, verbose=0),
                                pad.predict(texts, batch_size=4, verbose=0), rtol=0, atol=1e-5)
@@ -290,7 +290,7 @@ def test_keras_fit_validation_inherits_fit_mode(attribute):
     h = model.fit(x, y, validation_data=(x, y), batch_size=4, epochs=2, verbose=0,
                   pad_to_max_seq_length=not attribute)
     assert len(h.history["loss"]) == len(h.history["val_loss"]) == 2
-    assert set(seen) == ({S} if not attribute else {None})
+    assert set(seen) == ({S} if not attribute else {8, 16, None})  # (kinds: 8 and 16)
 
 
 def _span_twins():
@@ -328,7 +328,7 @@ def test_keras_per_position_losses_equal_padded(kind):
     np.testing.assert_allclose(h_cut.history["loss"], h_pad.history["loss"], rtol=0, atol=1e-5)
 
 
-def test_pretrainer_is_never_cut_in_keras():
+def test_pretrainer_given_masked_lm_positions_is_not_cut_in_keras():
     from bert_tf.modeling.models import BertPretrainer
     arrays, x = _ids(8)
     model = BertPretrainer.from_bert_config(tiny_bert_config(num_hidden_layers=1))
@@ -341,6 +341,41 @@ def test_pretrainer_is_never_cut_in_keras():
         np.testing.assert_allclose(got[k], want[k].numpy(), rtol=0, atol=1e-5, err_msg=k)
 
 
+def test_pretrainer_given_the_encoder_inputs_only_is_cut_in_keras_predict():
+    from bert_tf.modeling.models import BertPretrainer
+    arrays, x = _ids(8)
+    model = BertPretrainer.from_bert_config(tiny_bert_config(num_hidden_layers=1))
+    model.build()
+    seen = _record_lengths(model)
+    got = model.predict(x, batch_size=4, verbose=0)
+    assert None in seen  # cut
+    want = model.predict(x, batch_size=4, verbose=0, pad_to_max_seq_length=True)
+    mask = arrays["input_mask"] > 0
+    for k in ("mlm_logits", "sequence_output"):
+        assert got[k].shape == want[k].shape, k
+        np.testing.assert_allclose(got[k][mask], want[k][mask], rtol=0, atol=1e-5, err_msg=k)
+        assert not got[k][~mask].any(), k  # padding holds 0
+    np.testing.assert_allclose(got["nsp_logits"], want["nsp_logits"], rtol=0, atol=1e-5)
+
+
+def test_keras_under_a_one_replica_mirrored_strategy_is_not_cut(caplog):
+    import logging
+
+    import tensorflow as tf
+    arrays, x = _ids(8)
+    for strategy, cut in ((tf.distribute.MirroredStrategy(["/cpu:0"]), False),
+                          (tf.distribute.OneDeviceStrategy("/cpu:0"), True)):
+        with strategy.scope():
+            model = BertClassifier.from_bert_config(tiny_bert_config(num_hidden_layers=1), 3,
+                                                    dropout_rate=0.0)
+            model.build()
+        seen = _record_lengths(model)
+        with caplog.at_level(logging.WARNING, logger="bert_tf"):
+            model.predict(x, batch_size=4, verbose=0)
+        assert (None in seen) == cut and (S in seen) != cut, (strategy, seen)
+    assert any("MirroredStrategy" in r.getMessage() for r in caplog.records)
+
+
 def test_predict_on_batch_trace_is_not_reused_by_predict():
     arrays, x = _ids(8)
     model = BertTokenClassifier.from_bert_config(tiny_bert_config(num_hidden_layers=1), 3,
@@ -350,13 +385,13 @@ def test_predict_on_batch_trace_is_not_reused_by_predict():
     first = model.predict_on_batch({k: v[:4] for k, v in x.items()})
     assert seen == [S]  # what it is given
     out = model.predict(x, batch_size=4, verbose=0)
-    assert seen == [S, None, None]  # predict: the outputs' kinds, then its own, cut step
+    assert seen == [S, 8, 16, None]  # predict: the outputs' kinds, then its own, cut step
     mask = arrays["input_mask"][:4] > 0
     np.testing.assert_allclose(out["logits"][:4][mask], first["logits"][mask], rtol=0,
                                atol=1e-5)
     assert not out["logits"][:4][~mask].any()
     again = model.predict_on_batch({k: v[:4] for k, v in x.items()})
-    assert seen == [S, None, None]  # its own step again, kept: no retrace
+    assert seen == [S, 8, 16, None]  # its own step again, kept: no retrace
     np.testing.assert_array_equal(again["logits"], first["logits"])
 
 

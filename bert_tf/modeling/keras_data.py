@@ -19,8 +19,9 @@ What is cut follows what the model returns (`real_length.output_kinds`):
   whose outputs cannot be classified (logged once) are not cut.
 A direct call (and `predict_on_batch` / `train_on_batch` / `test_on_batch`) computes what it
 is given. Under XLA (Keras' `jit_compile`, which "auto" turns on for ids-in models on a GPU)
-and under a strategy with several replicas nothing is cut: the compiled step keeps the fixed
-shape, and tf.distribute runs replicas in threads that do not see the call's mode.
+and under a tf.distribute strategy other than the default or OneDeviceStrategy (logged once)
+nothing is cut: the compiled step keeps the fixed shape, and such a strategy (MirroredStrategy,
+even with one replica) runs replicas in threads that do not see the call's mode.
 `pad_to_max_seq_length=True` (a keyword of the three, or the model attribute) keeps the fixed
 shape everywhere. The mode lives in the traced step: Keras' step functions are kept per mode,
 so switching between `fit` and `predict` never retraces, and another thread's direct call is
@@ -174,9 +175,17 @@ class KerasConventions:
             jit = bool(self.jit_compile)  # Keras' "auto" resolved: XLA needs static shapes
         except AttributeError:
             jit = False
-        # Several replicas: tf.distribute traces each in a thread of its own, without the mode.
-        replicas = self.distribute_strategy.num_replicas_in_sync
-        if not real_length.cuts(pad_to_max_seq_length=pad, xla=jit) or replicas > 1:
+        strategy = self.distribute_strategy
+        tpu = isinstance(strategy, (tf.distribute.TPUStrategy,
+                                    tf.distribute.experimental.TPUStrategy))
+        if not real_length.cuts(pad_to_max_seq_length=pad, tpu=tpu, xla=jit):
+            return "off"
+        # tf.distribute strategies (MirroredStrategy, even with one replica) run the replica
+        # function in a thread of its own, which does not see this thread's mode.
+        if not isinstance(strategy, tf.distribute.OneDeviceStrategy) and \
+                type(strategy).__name__ != "_DefaultDistributionStrategy":
+            real_length._log_once(type(self).__name__, f"{type(strategy).__name__}: its "
+                                  "replicas run in threads that do not see the call's mode")
             return "off"
         return "outputs" if stage == "predict" else "losses"
 
@@ -212,7 +221,8 @@ class KerasConventions:
         if kinds is None or (kinds and mode == "losses"):
             with real_length.keras_scope(None):  # inner models compute what they are given
                 return call(inputs)
-        return real_length.call_on_real_length(call, inputs, real_length.padding_values(model))
+        return real_length.call_on_real_length(call, inputs, kinds,
+                                               real_length.padding_values(model))
 
     def compile(self, *args, **kwargs):
         """`keras.Model.compile` (step functions of an earlier compile are dropped)."""

@@ -18,12 +18,13 @@ How to round (`step`): under XLA to `bucket_step(S)`, because each length is one
 (at most 8 lengths up to 128, 16 above); everywhere else to STEP (8), because the step is
 traced once with a dynamic length, so coarser rounding only adds work (8 suits matmul tiling).
 
-What is per position (`is_position_output`): decided from what the model returns, one way
-everywhere: computed on inputs whose length is dynamic, an output whose axis 1 is dynamic too
-follows the length (it is per position); one with a static axis 1 (pooled, class, [B, C]
-outputs, whatever C is) does not. A model whose outputs cannot be classified (not all dense
-tensors, or no trace on a dynamic length) is not cut, and that is logged once. Keras' fit and
-evaluate do not cut models with per-position outputs (their losses would see fewer positions).
+What is per position (`output_kinds`): decided from what the model returns, one way
+everywhere: the call is traced on inputs of two static lengths; an output whose axis 1 is that
+length in both traces, every other non-batch axis unchanged, is per position; one with no
+non-batch axis changing (pooled, class, [B, C] outputs, whatever C is) is not. A model with
+an output that is neither (the length on another axis, an unknown size), not all dense
+tensors, or no trace is not cut, and that is logged once. Keras' fit and evaluate do not cut
+models with per-position outputs (their losses would see fewer positions).
 
 What padding positions hold (`restore_outputs`): 0, unless the model declares otherwise next
 to its outputs (`padding_values`, e.g. `BertSpanLabeler`'s start/end logits hold
@@ -260,7 +261,7 @@ def pad_back(x, seq_length, value=0):
     return out
 
 
-def restore(x, input_mask, value=0, seq_length=None):
+def restore(x, input_mask, value=0, seq_length=None, length=None):
     """A [B, L, ...] output of a cut batch back to [B, S, ...]; every padding position
     (input_mask 0, past the cut or not) holds `value`.
 
@@ -269,8 +270,14 @@ def restore(x, input_mask, value=0, seq_length=None):
         input_mask: [B, S] mask (the uncut one), or the cut [B, L] one with `seq_length`.
         value: what padding positions hold (cast to x's dtype).
         seq_length: S (None: input_mask's length).
+        length: the cut length L, if known: x's axis 1 must equal it (an error otherwise, so
+            an output taken for per position by mistake fails loudly).
     """
     x = tf.convert_to_tensor(x)
+    if length is not None:
+        tf.debugging.assert_equal(tf.shape(x)[1], tf.cast(length, tf.int32), message=(
+            "real_length.restore: an output taken for per position does not have the cut "
+            "length on axis 1"))
     input_mask = tf.convert_to_tensor(input_mask)
     if seq_length is None:
         seq_length = tf.shape(input_mask)[1]
@@ -289,24 +296,28 @@ def restore(x, input_mask, value=0, seq_length=None):
     return out
 
 
-def restore_outputs(outputs, input_mask, values=None, seq_length=None):
-    """Every per-position output (`is_position_output`) of a cut call restored with `restore`;
-    the others unchanged.
+def restore_outputs(outputs, input_mask, values=None, seq_length=None, keys=None,
+                    length=None):
+    """Every per-position output of a cut call restored with `restore`; the others unchanged.
 
     Args:
         outputs: a tensor, or a dict of tensors or of lists of tensors.
         input_mask: as for `restore`.
         values: {output key: what its padding positions hold} (`padding_values`; others 0).
         seq_length: as for `restore`.
+        keys: the per-position outputs' keys (`output_kinds`; None for a single tensor);
+            omitted: those with a dynamic axis 1 (`is_position_output`, for calls whose
+            outputs are known, like the exports' on a dynamic length).
+        length: the cut length, checked against each restored output (`restore`).
     """
     values = values or {}
 
     def one(key, x):
         if isinstance(x, (list, tuple)):
             return type(x)(one(key, v) for v in x)
-        if not is_position_output(x):
+        if (key not in keys) if keys is not None else not is_position_output(x):
             return x
-        return restore(x, input_mask, values.get(key, 0), seq_length)
+        return restore(x, input_mask, values.get(key, 0), seq_length, length)
 
     if isinstance(outputs, dict):
         return {k: one(k, v) for k, v in outputs.items()}
@@ -328,40 +339,66 @@ def cuttable(inputs):
         INPUT_NAMES) and all(isinstance(v, tf.Tensor) for v in inputs.values())
 
 
+def _kind(a, b, la, lb):
+    """"position", "other" or None for one output traced at lengths la and lb (shapes a, b)."""
+    if a.rank is None or a.rank != b.rank or a.rank < 1:
+        return None
+    if a.rank >= 2 and a[1] == la and b[1] == lb and a[2:] == b[2:] and \
+            a[2:].is_fully_defined():
+        return "position"
+    if a[1:] == b[1:] and a[1:].is_fully_defined():
+        return "other"
+    return None
+
+
 def output_kinds(call, inputs, cache, what="model"):
-    """The keys of `call`'s per-position outputs (a tuple; () for none), or None when they
-    cannot be classified (logged once). Found by tracing `call` on inputs of dynamic length
-    (cached in `cache` by the inputs' keys and dtypes).
+    """The keys of `call`'s per-position outputs (a tuple; () for none, (None,) for a single
+    per-position tensor), or None when they cannot be classified (logged once). Found by
+    tracing `call` on inputs of two static lengths (the rule: module docstring; cached in
+    `cache` by the inputs' keys and dtypes and the lengths).
 
     Args:
         call: the model call, a function of the inputs dict.
-        inputs: dict of [B, S] tensors.
+        inputs: dict of [B, S] tensors or arrays.
         cache: a dict owned by the model.
         what: the model's name, for the log.
     """
-    key = tuple(sorted((k, v.dtype.name) for k, v in inputs.items()))
-    if key not in cache:
-        spec = {k: tf.TensorSpec([None, None], v.dtype) for k, v in inputs.items()}
-        try:
-            with keras_scope(None):
-                out = tf.function(call, autograph=False).get_concrete_function(
-                    spec).structured_outputs
-        except Exception as e:  # noqa: BLE001  (any failure: no cut, said once)
-            out, why = None, f"its outputs cannot be traced on a dynamic length: {e}"
-        else:
-            why = "its outputs are not all dense tensors"
-        if out is None or not all(isinstance(x, tf.Tensor) and x.shape.rank is not None
-                                  for x in tf.nest.flatten(out)):  # graph tensors
-            _log_once(what, f"cannot tell which outputs are per position; {why}")
-            cache[key] = None
-        else:
-            flat = out.items() if isinstance(out, dict) else [(None, out)]
-            cache[key] = tuple(k for k, v in flat
-                               if any(is_position_output(x) for x in tf.nest.flatten(v)))
+    s = inputs["input_mask"].shape[1]
+    lengths = (8, 16) if s is None or s >= 16 else (max(1, s // 2), s)  # lengths a cut makes
+    key = (tuple(sorted((k, tf.as_dtype(v.dtype).name) for k, v in inputs.items())), lengths)
+    if key in cache:
+        return cache[key]
+    outs, why = [], "its outputs are not all dense tensors of known rank"
+    try:
+        with keras_scope(None):
+            for n in lengths:
+                spec = {k: tf.TensorSpec([None, n], v.dtype) for k, v in inputs.items()}
+                outs.append(tf.function(call, autograph=False).get_concrete_function(
+                    spec).structured_outputs)
+    except Exception as e:  # noqa: BLE001  (any failure: no cut, said once)
+        outs, why = None, f"its outputs cannot be traced: {e}"
+    kinds = None
+    if outs and lengths[0] != lengths[1] and all(
+            isinstance(x, tf.Tensor) for o in outs for x in tf.nest.flatten(o)):  # graph tensors
+        flat = [o.items() if isinstance(o, dict) else [(None, o)] for o in outs]
+        kinds = []
+        for (k, va), (_, vb) in zip(*flat):
+            got = {_kind(a.shape, b.shape, *lengths)
+                   for a, b in zip(tf.nest.flatten(va), tf.nest.flatten(vb))}
+            if None in got or len(got) > 1:  # a key's tensors all per position, or none
+                why = (f"output {k!r} is neither per position (the length on axis 1) nor "
+                       "pooled (no axis following the length)")
+                kinds = None
+                break
+            if got == {"position"}:
+                kinds.append(k)
+    cache[key] = None if kinds is None else tuple(kinds)
+    if kinds is None:
+        _log_once(what, f"cannot tell which outputs are per position; {why}")
     return cache[key]
 
 
-def call_on_real_length(call, inputs, values=None, step=STEP):
+def call_on_real_length(call, inputs, keys, values=None, step=STEP):
     """`call(inputs)` computed on the batch cut to its real length, its per-position outputs
     restored to [B, S, ...] (`restore_outputs`). Pooled, class and real-position outputs equal
     the full-length computation's within float rounding.
@@ -369,14 +406,15 @@ def call_on_real_length(call, inputs, values=None, step=STEP):
     Args:
         call: the model call, a function of the inputs dict, returning a dict or a tensor.
         inputs: dict of the int [B, S] encoder inputs.
+        keys: the per-position outputs' keys (`output_kinds`).
         values: `padding_values` of the model.
         step: the rounding step.
     """
     mask = tf.convert_to_tensor(inputs["input_mask"])
-    short, _ = cut_inputs(inputs, step=step)
+    short, length = cut_inputs(inputs, step=step)
     with keras_scope(None):  # an inner model computes what it is given
         out = call(short)
-    return restore_outputs(out, mask, values)
+    return restore_outputs(out, mask, values, keys=keys, length=length)
 
 
 # ---- the Keras mode: in the traced step, per thread -------------------------------------------

@@ -341,15 +341,17 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
                   for k, v in inputs.items()}
     ds = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
     model = trainer.model
-    cut = cuts_batches(trainer.options, strategy=trainer.strategy) and real_length.output_kinds(
-        lambda x: model(x, training=False), inputs,
-        model.__dict__.setdefault("_real_length_outputs", {}), type(model).__name__) is not None
+    kinds = real_length.output_kinds(
+        lambda x: model(x, training=False), inputs, model.__dict__.setdefault(
+            "_real_length_outputs", {}), type(model).__name__) \
+        if cuts_batches(trainer.options, strategy=trainer.strategy) else None
+    cut = kinds is not None
     if cut:
         ds = ds.map(real_length.cut_batch_fn(int(seq_length),
                                              step=real_length.step(seq_length, xla=False)))
     dist = trainer.strategy.experimental_distribute_dataset(ds)
     step = _predict_step(trainer, tuple(output_keys), dist.element_spec,
-                         int(seq_length) if cut else None)
+                         int(seq_length) if cut else None, kinds)
     iterator = iter(dist)
     with tqdm(total=n, desc=desc, unit="ex", disable=not trainer.options.progress,
               dynamic_ncols=True) as bar:
@@ -361,13 +363,14 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
             yield out
 
 
-def _predict_step(trainer, output_keys, element_spec, seq_length):
+def _predict_step(trainer, output_keys, element_spec, seq_length, kinds=None):
     """The compiled prediction step for batches of `element_spec` (one trace: cut batches come
-    with a None length); seq_length: pad per-position outputs back to it (None: no cut)."""
+    with a None length); seq_length: pad the per-position outputs (keys `kinds`) back to it
+    (None: no cut)."""
     import tensorflow as tf
     from bert_tf.modeling import real_length
     cache = trainer.__dict__.setdefault("_finetune_predict_steps", {})
-    key = (output_keys, seq_length, repr(element_spec))
+    key = (output_keys, seq_length, kinds, repr(element_spec))
     if key not in cache:
         strategy, model = trainer.strategy, trainer.model
         values = real_length.padding_values(model)
@@ -376,7 +379,9 @@ def _predict_step(trainer, output_keys, element_spec, seq_length):
             out = model(batch, training=False)
             out = {k: out[k] for k in output_keys}
             if seq_length:  # back to S in the replica: replicas cut to different lengths
-                out = real_length.restore_outputs(out, batch["input_mask"], values, seq_length)
+                out = real_length.restore_outputs(out, batch["input_mask"], values, seq_length,
+                                                  keys=kinds or (),
+                                                  length=tf.shape(batch["input_mask"])[1])
             return out
 
         @tf.function(input_signature=[element_spec])
