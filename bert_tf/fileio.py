@@ -122,6 +122,24 @@ def read_json(path, missing="file not found"):
     return data
 
 
+def json_bool(data, key, path, default=None):
+    """data[key] where it is a JSON bool, `default` where it is missing or null; a one-line
+    BertError naming `path` otherwise (the string "false" is no False).
+
+    Args:
+        data: the parsed JSON object.
+        key: the field.
+        path: the file it came from, for the error message.
+        default: the value of a missing or null field.
+    """
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise BertError(f"{path}: {key} is {value!r}, expected true, false or null")
+    return value
+
+
 def write_text_atomic(path, text, make_parent=False):
     """Writes text to path via a temp name + rename, so readers never see a partial file.
 

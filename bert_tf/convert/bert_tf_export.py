@@ -14,7 +14,8 @@ import posixpath
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
-from bert_tf.convert.source import Format, Source, join, lazy, note, saved_model_inside
+from bert_tf.convert.source import (Format, Source, join, lazy, note, real_inside,
+                                    saved_model_inside)
 
 EXTRA_DIR = "assets.extra"            # TF Serving's folder for files next to the model
 METADATA_FILE = "bert_tf_export.json"  # what was exported (task, labels, config...), in EXTRA_DIR
@@ -70,17 +71,22 @@ def export_vocab(export_dir, meta):
         meta: the export's metadata dict (`read_metadata`).
     """
     found = tf.io.gfile.glob(join(export_dir, "assets", "*.txt"))
-    lower = meta.get("do_lower_case")
+    meta_file = join(export_dir, EXTRA_DIR, METADATA_FILE)
+    lower = fileio.json_bool(meta, "do_lower_case", meta_file)
+    strip = fileio.json_bool(meta, "strip_accents", meta_file)
+    home = export_dir
     if len(found) != 1:  # an encoder export: the vocab is its sibling preprocessor's
         pre = _sibling_preprocessor(export_dir)
         if pre is not None:
-            pre_meta = join(pre, EXTRA_DIR, METADATA_FILE)
-            pre_meta = fileio.read_json(pre_meta) if tf.io.gfile.exists(pre_meta) else {}
-            found = tf.io.gfile.glob(join(pre, "assets", "*.txt"))
-            lower = meta.get("do_lower_case", pre_meta.get("do_lower_case"))
-            meta = {**pre_meta, **meta}
-    return (found[0] if len(found) == 1 else None,
-            None if lower is None else (bool(lower), bool(meta.get("strip_accents", lower))))
+            pre_file = join(pre, EXTRA_DIR, METADATA_FILE)
+            pre_meta = fileio.read_json(pre_file) if tf.io.gfile.exists(pre_file) else {}
+            found, home = tf.io.gfile.glob(join(pre, "assets", "*.txt")), pre
+            if lower is None:
+                lower = fileio.json_bool(pre_meta, "do_lower_case", pre_file)
+            if strip is None:
+                strip = fileio.json_bool(pre_meta, "strip_accents", pre_file)
+    vocab = real_inside(home, found[0], "vocab asset") if len(found) == 1 else None
+    return vocab, None if lower is None else (lower, lower if strip is None else strip)
 
 
 def newest_export(directory):

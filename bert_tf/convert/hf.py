@@ -26,6 +26,7 @@ from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.models import find_encoder
 
 log = logging.getLogger("bert_tf")
+MAX_HEADER_BYTES = 100_000_000  # safetensors refuses a longer JSON header too
 
 _TF1_HEAD_TO_HF = {"cls/seq_relationship/": "cls.seq_relationship.", "": "classifier.",
                    "cls/squad/": "qa_outputs.", "cls/ner/": "classifier."}
@@ -137,6 +138,9 @@ def hf_tensor_names(path):
             size = struct.unpack("<Q", f.read(8))[0]
             if size > length - 8:  # a corrupt header size: never ask GFile for that much
                 raise ValueError(f"header size {size} beyond the file's {length} bytes")
+            if size > MAX_HEADER_BYTES:  # safetensors' own limit
+                raise ValueError(f"header of {size} bytes, over safetensors' "
+                                 f"{MAX_HEADER_BYTES >> 20} MB limit")
             header = json.loads(f.read(size))
     except (tf.errors.OpError, struct.error, ValueError) as e:
         raise BertError(f"{path}: not a readable safetensors file ({e})") from None
@@ -249,9 +253,9 @@ def hf_casing(model_dir):
     if not tf.io.gfile.exists(path):
         return None
     config = fileio.read_json(path)
-    lower = bool(config.get("do_lower_case", True))
-    strip = config.get("strip_accents")
-    return lower, bool(lower if strip is None else strip)
+    lower = fileio.json_bool(config, "do_lower_case", path, default=True)
+    strip = fileio.json_bool(config, "strip_accents", path)
+    return lower, lower if strip is None else strip
 
 
 def save_hf_directory(model, out_dir, vocab_file, do_lower_case=True, labels=None,
@@ -330,6 +334,8 @@ _NOT_READ = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
 def _explain(path):
     """The refusal for a HF folder (or file) with weights only in a format bert_tf does not
     read, else None."""
+    if not tf.io.gfile.exists(path):  # a typo: formats.detect says it is not there
+        return None
     name = os.path.basename(path.rstrip("/"))
     found = ([name] if name in _NOT_READ or name.endswith((".bin", ".pt", ".pth", ".pkl"))
              else [n for n in _NOT_READ if tf.io.gfile.isdir(path) and file_in(path, n)])

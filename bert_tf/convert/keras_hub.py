@@ -85,7 +85,8 @@ def keras_hub_casing(preset_dir):
     config = fileio.read_json(path).get("config", {})  # size-bounded, one-line errors
     if not isinstance(config, dict):
         raise BertError(f"{path}: not a keras-hub tokenizer config ('config' is not an object)")
-    return bool(config.get("lowercase", False)), bool(config.get("strip_accents", False))
+    return (fileio.json_bool(config, "lowercase", path, default=False),
+            fileio.json_bool(config, "strip_accents", path, default=False))
 
 
 def _vocab_of(preset_dir):

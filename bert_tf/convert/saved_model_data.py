@@ -12,11 +12,13 @@ it serves or checks them (see the compatibility guide, "Reading untrusted models
 >>> [name for name, _ in sm.variables_of(sm.node(["variables"]))]  # doctest: +SKIP
 """
 import functools
+import json
+import re
 
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.convert.source import join, safe_relative
+from bert_tf.convert.source import join, real_inside, safe_relative
 
 MAX_PB_BYTES = 1 << 31  # protobuf's own limit: a larger saved_model.pb is no SavedModel
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -59,7 +61,7 @@ class SavedModelData:
         self.meta_graph = proto.meta_graphs[0]
         self.graph = self.meta_graph.object_graph_def
         n = len(self.graph.nodes)
-        if any(c.node_id >= n for node in self.graph.nodes for c in node.children):
+        if any(not 0 <= c.node_id < n for node in self.graph.nodes for c in node.children):
             raise BertError(f"{pb}: its object graph refers to missing objects (truncated)")
         self.prefix = join(self.dir, "variables", "variables")
         if not tf.io.gfile.exists(self.prefix + ".index"):
@@ -85,7 +87,7 @@ class SavedModelData:
         n = len(ckpt.nodes)
         while queue:
             saved, ck = queue.pop()
-            if ck >= n:
+            if not 0 <= ck < n:
                 raise BertError(f"{self.dir}: the object graph of variables/ refers to missing "
                                 f"objects (truncated)")
             for attr in ckpt.nodes[ck].attributes:
@@ -131,7 +133,7 @@ class SavedModelData:
     def items(self, node_id):
         """The node ids of a saved list's items, in list order (children "0", "1", ...)."""
         found = {int(c.local_name): c.node_id for c in self.graph.nodes[node_id].children
-                 if c.local_name.isdigit()}
+                 if re.fullmatch("[0-9]+", c.local_name)}
         return [found[i] for i in sorted(found)]
 
     def variable_name(self, node_id):
@@ -171,7 +173,8 @@ class SavedModelData:
         files = self.meta_graph.asset_file_def
         if self.kind(node_id) != "asset" or not 0 <= index < len(files):
             raise BertError(f"{self.dir}: asset {node_id} is not in saved_model.pb (truncated?)")
-        return safe_relative(join(self.dir, "assets"), files[index].filename, "asset")
+        path = safe_relative(join(self.dir, "assets"), files[index].filename, "asset")
+        return real_inside(self.dir, path, "asset")
 
     def op_types(self):
         """Every op type in the SavedModel's graph and function library (read, not run)."""
@@ -179,3 +182,96 @@ class SavedModelData:
         return ({n.op for n in graph.node}
                 | {n.op for f in graph.library.function for n in f.node_def})
 
+
+    def functions_reachable(self, node_id):
+        """Op types of the functions a saved function node (e.g. `tokenize`, or a module's
+        `__call__`) can run: its concrete functions and every function they name (calls,
+        branches), transitively; ops only other functions hold are left out."""
+        library = {f.signature.name: f for f in self.meta_graph.graph_def.library.function}
+        call = self.child(node_id, "__call__")  # a module called as a function
+        todo = []
+        for n in (node_id,) if call is None else (node_id, call):
+            node = self.graph.nodes[n]
+            if self.kind(n) == "function":
+                todo += node.function.concrete_functions
+            elif self.kind(n) == "bare_concrete_function":
+                todo.append(node.bare_concrete_function.concrete_function_name)
+        seen, ops = set(), set()
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in library:
+                continue
+            seen.add(name)
+            for n in library[name].node_def:
+                ops.add(n.op)
+                for attr in n.attr.values():
+                    todo += [attr.func.name] if attr.func.name else []
+                    todo += [f.name for f in attr.list.func]
+        return ops
+
+    def keras_layer_configs(self):
+        """The `config` dicts of the Keras layers a tf_keras SavedModel records in
+        `keras_metadata.pb` (TF >= 2.5 keeps layer configs there, not in saved_model.pb), read
+        as protobuf wire data; [] when there is none. A malformed file: BertError."""
+        path = join(self.dir, "keras_metadata.pb")
+        if not tf.io.gfile.exists(path):
+            return []
+        if tf.io.gfile.stat(path).length >= MAX_PB_BYTES:
+            raise BertError(f"{path}: over 2 GiB, not Keras metadata")
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read()
+        configs = []
+        try:
+            # SavedMetadata: 1 = repeated SavedObject; SavedObject: 5 = metadata (JSON string)
+            for field, node in _fields(data):
+                if field != 1 or not isinstance(node, bytes):
+                    continue
+                for sub, value in _fields(node):
+                    if sub != 5 or not isinstance(value, bytes):
+                        continue
+                    try:
+                        meta = json.loads(value.decode("utf-8"))
+                    except ValueError:  # one unreadable layer: not every layer matters
+                        continue
+                    if isinstance(meta, dict) and isinstance(meta.get("config"), dict):
+                        configs.append(dict(meta["config"], class_name=meta.get("class_name")))
+        except ValueError as e:
+            raise BertError(f"{path}: truncated or not Keras metadata ({e})") from None
+        return configs
+
+
+def _varint(data, i):
+    value = shift = 0
+    while True:
+        if i >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        b = data[i]
+        value |= (b & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if not b & 0x80:
+            return value, i
+
+
+def _fields(data):
+    """(field number, value) of a protobuf message's top-level fields, in wire order: bytes
+    for length-delimited fields, int for varints and fixed-width ones; ValueError when the
+    bytes are no protobuf message."""
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(data, i)
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
+            if i + width > len(data):
+                raise ValueError("truncated fixed-width field")
+            value, i = int.from_bytes(data[i:i + width], "little"), i + width
+        elif wire == 2:
+            size, i = _varint(data, i)
+            if i + size > len(data):
+                raise ValueError("truncated length-delimited field")
+            value, i = data[i:i + size], i + size
+        else:
+            raise ValueError(f"wire type {wire}")
+        yield field, value

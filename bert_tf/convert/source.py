@@ -153,6 +153,24 @@ def safe_relative(directory, name, what):
     return join(directory, *[p for p in parts if p not in ("", ".")])
 
 
+def real_inside(directory, path, what):
+    """`path`, after checking that a local one does not resolve (through symlinks) outside
+    `directory`; BertError (one line) when it does. URLs (gs://) have no links: returned as is.
+
+    Args:
+        directory: the folder the file must stay in.
+        path: the file, already joined under `directory`.
+        what: what the file is, for the error message.
+    """
+    if "://" in path:
+        return path
+    real, home = os.path.realpath(path), os.path.realpath(directory)
+    if os.path.commonpath([real, home]) != home:
+        raise BertError(f"{directory}: {what} {os.path.basename(path)!r} is a link to {real}, "
+                        f"outside the folder; refusing to read outside it")
+    return path
+
+
 def file_in(directory, name):
     """directory/name if it exists, else None.
 

@@ -100,7 +100,11 @@ def read_tfhub_encoder(export_dir, hidden_act="gelu"):
     if vocab_node is not None and sm.kind(vocab_node) == "asset":
         vocab_file = sm.asset_path(vocab_node)
     if lower_node is not None and sm.kind(lower_node) == "variable":
-        do_lower_case = bool(sm.value(lower_node))
+        value = sm.value(lower_node)
+        if value.shape != () or value.dtype != bool:
+            raise BertError(f"{export_dir}: its do_lower_case variable is a {value.dtype} of "
+                            f"shape {list(value.shape)}, not a bool scalar")
+        do_lower_case = bool(value)
     return cfg, weights, vocab_file, do_lower_case
 
 
@@ -127,40 +131,60 @@ def load_tfhub_encoder(export_dir, bert_config=None, hidden_act="gelu"):
 def read_tfhub_preprocessor(export_dir):
     """(vocab_file, do_lower_case) of a TF Hub BERT preprocessing SavedModel.
 
-    The vocab is the export's one .txt asset. Lower-casing is read, not run: the
-    `do_lower_case` bert_tf's exports record in assets.extra, else the `lower_case` of the
-    Keras tokenizer layer's config the SavedModel stores (Model Garden's), else whether its
-    graph lower-cases at all (a `CaseFoldUTF8` or `StringLower` op).
+    The vocab is the export's one .txt asset. Lower-casing is read, never run, from the first
+    of: the `do_lower_case` bert_tf's exports record in `assets.extra/bert_tf_export.json`;
+    the `lower_case` of the tokenizer layer's config in `keras_metadata.pb` (tf_keras exports
+    of BertTokenizer, FastWordpieceBertTokenizer, where the layer was saved with its config;
+    Model Garden's export_tfhub_lib saves BertTokenizer without one); the ops the `tokenize`
+    function can reach (a `CaseFoldUTF8` / `StringLower`: True; else a `FastBertNormalize`:
+    undecided, its casing is a data setting; else a WordPiece tokenizer op: False; ops only
+    other functions hold do not count). do_lower_case is None where none of these decides
+    (also: tokenizer layers that disagree): the caller then takes the model's name or
+    --do_lower_case, as for any source that records no casing.
     """
     import tensorflow as tf
+    from bert_tf.convert.source import real_inside
     assets = os.path.join(export_dir, "assets")
     found = sorted(f for f in tf.io.gfile.glob(os.path.join(assets, "*.txt")))
     if len(found) != 1:
         raise BertError(f"{export_dir}: expected one vocab .txt asset in assets/, found "
                         f"{len(found)} (not a WordPiece BERT preprocessor?)")
     sm = SavedModelData(export_dir)
-    if sm.node(["tokenize"]) is None:
+    tokenize = sm.node(["tokenize"])
+    if tokenize is None:
         raise BertError(f"{export_dir}: no `tokenize` (not a TF Hub BERT preprocessor)")
-    return found[0], _preprocessor_lower_case(sm)
+    return real_inside(export_dir, found[0], "vocab asset"), _preprocessor_lower_case(sm,
+                                                                                      tokenize)
 
 
-def _preprocessor_lower_case(sm):
-    import json
+_TOKENIZER_LAYERS = ("BertTokenizer", "FastWordpieceBertTokenizer")
+_LOWER_OPS = {"CaseFoldUTF8", "StringLower"}
+_NORMALIZER_OPS = {"FastBertNormalize"}  # lower-cases or not by a data setting
+
+
+def _preprocessor_lower_case(sm, tokenize):
+    """do_lower_case of a preprocessor, or None (see read_tfhub_preprocessor)."""
     import tensorflow as tf
     from bert_tf import fileio
     meta = os.path.join(sm.dir, "assets.extra", "bert_tf_export.json")
-    if tf.io.gfile.exists(meta) and isinstance(fileio.read_json(meta).get("do_lower_case"),
-                                               bool):
-        return fileio.read_json(meta)["do_lower_case"]
-    for node in sm.graph.nodes:  # tf_keras layers keep their config as JSON metadata
-        if node.WhichOneof("kind") == "user_object" and "lower_case" in node.user_object.metadata:
-            try:
-                config = json.loads(node.user_object.metadata).get("config", {})
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(config, dict) and isinstance(config.get("lower_case"), bool):
-                return config["lower_case"]
-    return bool(sm.op_types() & {"CaseFoldUTF8", "StringLower"})
+    if tf.io.gfile.exists(meta):
+        recorded = fileio.json_bool(fileio.read_json(meta), "do_lower_case", meta)
+        if recorded is not None:
+            return recorded
+    # Model Garden's own BertTokenizer is saved without its config ("layer was saved without
+    # config"): then the ops decide
+    configs = [c for c in sm.keras_layer_configs() if "lower_case" in c
+               and str(c.get("class_name")).split(">")[-1] in _TOKENIZER_LAYERS]
+    if configs:  # a lower_case that is no bool, or two that disagree: nothing else is trusted
+        settings = {c.get("lower_case") for c in configs}
+        clear = all(isinstance(c.get("lower_case"), bool) for c in configs)
+        return settings.pop() if clear and len(settings) == 1 else None
+    ops = sm.functions_reachable(tokenize)
+    if ops & _LOWER_OPS:
+        return True
+    if ops & _NORMALIZER_OPS:
+        return None
+    return False if any(op.startswith(("Wordpiece", "FastWordpiece")) for op in ops) else None
 
 
 # ---- the format (bert_tf.convert.source) -----------------------------------------------------
