@@ -84,9 +84,7 @@ class _FakeGpu:
 def test_auto_sets_the_policy_and_logs_why(monkeypatch, caplog, tmp_path, facts, policy, line):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"flags\t: {' '.join(facts.get('flags', ()))}\n")
-    monkeypatch.setattr(precision, "CPUINFO", str(cpuinfo))
-    monkeypatch.setattr(precision, "cpu_flags",
-                        lambda path=None: set(facts.get("flags", ())))
+    monkeypatch.setattr(precision, "CPUINFO", str(cpuinfo))  # cpu_flags() reads it
     monkeypatch.setattr(precision, "device_kind", lambda strategy=None: facts["kind"])
     monkeypatch.setattr(tf.config, "list_physical_devices",
                         lambda kind=None: [_FakeGpu()] if kind == "GPU" else [])
@@ -96,6 +94,49 @@ def test_auto_sets_the_policy_and_logs_why(monkeypatch, caplog, tmp_path, facts,
         assert distribute.set_mixed_precision("auto") == policy
     assert keras.config.dtype_policy().name == policy
     assert line in caplog.messages
+
+
+class _FakePhysicalGpu:
+    device_type = "GPU"
+
+    def __init__(self, index):
+        self.name = f"/physical_device:GPU:{index}"
+
+
+def test_auto_asks_only_the_strategys_gpus(monkeypatch):
+    """A strategy on GPU:1 (sm 8.0) picks bf16 though GPU:0 (sm 7.0) is visible too."""
+    caps = {"/physical_device:GPU:0": (7, 0), "/physical_device:GPU:1": (8, 0)}
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: [_FakePhysicalGpu(0), _FakePhysicalGpu(1)]
+                        if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config.experimental, "get_device_details",
+                        lambda device: {"compute_capability": caps[device.name]})
+
+    class Strategy:
+        class extended:
+            worker_devices = ("/job:localhost/replica:0/task:0/device:GPU:1",)
+    assert precision.gpu_capabilities(Strategy) == [(8, 0)]
+    assert precision.gpu_capabilities() == [(7, 0), (8, 0)]  # no strategy: all visible
+    assert precision.resolve("auto", Strategy)[0] == "bfloat16"
+
+
+@pytest.mark.parametrize("flags, policy", [("avx512_bf16", "mixed_bfloat16"),
+                                           ("avx2", "float32")])
+def test_a_trainer_with_auto_on_a_cpu_strategy(monkeypatch, tmp_path, flags, policy):
+    """The Trainer resolves auto with its strategy's (CPU) facts; the model follows."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"flags\t: fpu {flags}\n")
+    monkeypatch.setattr(precision, "CPUINFO", str(cpuinfo))
+    monkeypatch.setattr(precision, "_onednn_on", lambda: True)
+    monkeypatch.setattr(tf.config, "list_physical_devices",  # a GPU the CPU run must not ask
+                        lambda kind=None: [_FakePhysicalGpu(0)] if kind == "GPU" else [])
+    options = pretraining.PretrainingOptions(output_dir=str(tmp_path / "out"),
+                                             mixed_precision="auto", progress=False,
+                                             max_seq_length=32)
+    trainer = pretraining.make_trainer(tiny_bert_config(num_hidden_layers=1), options,
+                                       strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
+    assert keras.config.dtype_policy().name == policy
+    assert trainer.model.encoder.compute_dtype == policy.replace("mixed_", "")
 
 
 def test_auto_on_this_machine_and_the_strategys_devices(monkeypatch):
@@ -112,6 +153,12 @@ def test_auto_on_this_machine_and_the_strategys_devices(monkeypatch):
                        "of none, float16, bfloat16, auto$"):
         distribute.set_mixed_precision("fp8")
     assert distribute.set_mixed_precision("none") == "float32"
+    # The command's pre-flight says it before TF makes a strategy, even with nothing to read.
+    from bert_tf.training.preflight_run import check_run
+    with pytest.raises(BertError, match="^--mixed_precision: unknown value 'fp8'; expected one "
+                       "of none, float16, bfloat16, auto$"):
+        check_run(pretraining.PretrainingOptions(mixed_precision="fp8"))
+    check_run(pretraining.PretrainingOptions(mixed_precision="AUTO"))  # nothing to check
 
 
 # ---- bf16 forced on: pre-training trains, evaluates, resumes, exports ----------------------
@@ -192,6 +239,13 @@ def test_bf16_pretraining_trains_evaluates_resumes_and_exports(data, tmp_path, k
     assert full.restore() == "resumed" and full.step == steps
     for a, b in zip(_weights(second.model), _weights(full.model)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    if not packed:  # a bf16 checkpoint resumes under --mixed_precision=none: float32 compute
+        fp32 = pretraining.make_trainer(config, _options(
+            tmp_path / "full", pattern, jit, steps, mixed_precision="none"), packed=packed)
+        assert fp32.restore() == "resumed" and fp32.step == steps
+        assert fp32.model.encoder.compute_dtype == "float32"
+        for a, b in zip(_weights(fp32.model), _weights(full.model)):
+            np.testing.assert_array_equal(a, b)
     _check_export(tmp_path / "export", full.model, config)
 
 

@@ -1,10 +1,13 @@
 """Two-phase pre-training in one command (issue 43 A, bert_tf.training.phase_plan / phases): the
 learning rate at every step is the documented formula for both schedules and never 0 in phase
 2; a re-run from the boundary or from inside phase 2 ends with the uninterrupted run's
-checkpoint, bit for bit (dropout on); phase 2's wrong records and changed phase flags are one
-line with nothing written; the two-command way keeps a fresh optimizer. Tiny config, CPU; phase
+checkpoint, bit for bit (dropout on); phase 2's wrong records, eval records of the other kind and changed phase flags of a run that
+trains are one line with nothing written, while export- and eval-only runs need no phase flags;
+the record holds no float64 and one-phase checkpoints have none; the two-command way keeps a
+fresh optimizer. Tiny config, CPU; phase
 1 at S=16, phase 2 at S=32, packed in one phase and plain in the other (both ways round)."""
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -139,6 +142,35 @@ def test_continue_schedule_eval_rows_phase_record_and_export(continued, exports,
              for s in range(1, 6)]
     assert phase == [1, 1, 1, 2, 2]
     assert exports[-1] == 32  # exported up to phase 2's length
+    # The record holds no float64 (TPUs have none): int64 phase/origin, the flags as JSON.
+    dtypes = tf.train.load_checkpoint(str(out / "model.ckpt-5")).get_variable_to_dtype_map()
+    record = {k.split("/")[1]: v for k, v in dtypes.items() if k.startswith("phases/")}
+    assert record == {"phase": tf.int64, "optimizer_origin": tf.int64, "flags": tf.string}
+    assert tf.float64 not in dtypes.values()
+    flags = json.loads(_checkpoint(out, 5)["phases/flags/.ATTRIBUTES/VARIABLE_VALUE"])
+    assert flags == phase_plan.recorded_values(options)
+    assert (flags["phase2_max_seq_length"], flags["phase2_train_batch_size"]) == (32, 2)
+
+
+def test_export_and_eval_only_need_no_phase_flags(data, continued, exports, tmp_path):
+    """A finished two-phase run exports (at phase 2's length, from the record) and evaluates
+    without its phase flags; training on without them is still refused."""
+    options, out, _ = continued
+    plain = dict(phase2_input_file=None, phase2_train_batch_size=None,
+                 phase2_num_train_steps=None, do_train=False, do_eval=False)
+    before = sorted(os.listdir(out))
+    result = _run(dataclasses.replace(options, export_dir=str(tmp_path / "export"), **plain),
+                  exports)
+    assert result["export_dir"] == str(tmp_path / "export") and exports[-1] == 32
+    _resume_from(out, tmp_path / "copy", N1 + N2)
+    ev = _run(dataclasses.replace(options, output_dir=str(tmp_path / "copy"),
+                                  **{**plain, "do_eval": True}), exports)
+    assert ev["eval"]["global_step"] == N1 + N2 and ev["eval_phases"] is None
+    assert ev["train"] == [] and sorted(os.listdir(out)) == before
+    with pytest.raises(BertError, match="^--phase2_input_file: the checkpoint in .* is of a "
+                       "two-phase run"):
+        _run(dataclasses.replace(options, output_dir=str(tmp_path / "copy"),
+                                 **{**plain, "do_train": True}), exports)
 
 
 def _same_end(out, again, full, result, step):
@@ -188,6 +220,11 @@ def test_restart_schedule_with_a_fresh_optimizer_resumes_inside_phase_2(data, ex
         again = _run(dataclasses.replace(options, output_dir=str(tmp_path / "again")), exports)
     assert f"resumed in phase 2 at global step {N1 + 1} of 5" in caplog.text
     _same_end(tmp_path / "run", tmp_path / "again", full, again, N1 + 1)
+    # From the boundary: the restored phase-1 optimizer is zeroed at the switch, as it was.
+    _resume_from(tmp_path / "run", tmp_path / "boundary", N1)
+    boundary = _run(dataclasses.replace(options, output_dir=str(tmp_path / "boundary")),
+                    exports)
+    _same_end(tmp_path / "run", tmp_path / "boundary", full, boundary, N1)
 
 
 def test_bad_phase_2_input_is_one_line_and_writes_nothing(data, exports, tmp_path):
@@ -205,6 +242,15 @@ def test_bad_phase_2_input_is_one_line_and_writes_nothing(data, exports, tmp_pat
          "phase 1's one schedule over both phases)"),
         (dict(phase2_input_file=None),  # phase 2's flags without its data
          "--phase2_train_batch_size: needs --phase2_input_file (phase 2's data)"),
+        (dict(do_eval=True, phase2_eval_input_file=p2),  # plain eval for packed training
+         f"--phase2_eval_input_file={p2}: ordinary (unpacked) records, but --phase2_input_file "
+         "holds packed ones: evaluate phase 2 on records of its training data's kind"),
+        (dict(do_eval=True, eval_input_file=str(data / "p1-packed.tfrecord"),
+              phase2_input_file=None, phase2_train_batch_size=None,
+              phase2_num_train_steps=None),  # one phase, the same
+         f"--eval_input_file={data / 'p1-packed.tfrecord'}: packed records, but --input_file "
+         "holds ordinary (unpacked) ones: evaluate the run on records of its training data's "
+         "kind"),
     ]
     for kw, want in cases:
         options = _options(data, out, **kw)
@@ -237,20 +283,26 @@ def test_a_resume_with_other_phase_flags_is_one_line(data, continued, exports, t
             _run(dataclasses.replace(other, **kw), exports)
         assert str(e.value) == want
         assert sorted(os.listdir(tmp_path / "out")) == before
-    # A one-phase run's checkpoint does not become phase 1 of a two-phase run.
+    # A one-phase run (one step) exports before its final eval, so an eval set smaller than
+    # a batch costs only the eval; its checkpoints hold no phase record, as before issue 43.
     one = dataclasses.replace(other, output_dir=str(tmp_path / "one"), phase2_input_file=None,
-                              phase2_train_batch_size=None, phase2_num_train_steps=None)
-    trainer = pretraining.make_trainer(tiny_bert_config(dropout=0.1), one)
-    trainer.restore()
-    trainer.save()
+                              phase2_train_batch_size=None, phase2_num_train_steps=None,
+                              num_train_steps=1, do_eval=True, eval_batch_size=200)
+    exported = len(exports)
+    with pytest.raises(BertError, match="fewer than --eval_batch_size=200 examples"):
+        _run(one, exports)
+    assert exports[exported:] == [16]
+    assert not [k for k in _checkpoint(tmp_path / "one", 1) if k.startswith("phases")]
+    # ... and does not become phase 1 of a two-phase run.
     with pytest.raises(BertError) as e:
         _run(dataclasses.replace(other, output_dir=str(tmp_path / "one")), exports)
     assert str(e.value) == (f"--phase2_input_file: the checkpoint in {tmp_path / 'one'} (step "
-                            f"0) is of a one-phase run: {fix} (or start phase 2 from it with "
+                            f"1) is of a one-phase run: {fix} (or start phase 2 from it with "
                             "--init_checkpoint, the two-command way)")
 
 
-def test_the_two_command_way_gets_a_fresh_optimizer_and_its_own_warmup(data, continued):
+def test_the_two_command_way_gets_a_fresh_optimizer_and_its_own_warmup(data, continued,
+                                                                      tmp_path):
     """Phase 2 as a second command, --init_checkpoint=<phase 1's output_dir> (the original's
     way): phase 1's weights, a fresh optimizer, a learning rate warming up from 0."""
     options, out, _ = continued
@@ -262,9 +314,17 @@ def test_the_two_command_way_gets_a_fresh_optimizer_and_its_own_warmup(data, con
     trainer = pretraining.make_trainer(tiny_bert_config(dropout=0.1), second)
     assert trainer.restore() == "initialized"
     assert int(trainer.inner_optimizer.iterations.numpy()) == 0 and trainer.learning_rate() == 0
-    want = _checkpoint(out, 5)
-    for v in trainer.model.encoder.weights[:3]:
-        assert any(np.array_equal(v.numpy(), w) for w in want.values()), v.path
+    # Every weight is the finished run's (its last checkpoint, resumed), variable by variable.
+    last = pretraining.make_trainer(tiny_bert_config(dropout=0.1), dataclasses.replace(
+        second, output_dir=str(out), init_checkpoint=None, do_train=False))
+    assert last.restore() == "resumed" and last.step == N1 + N2
+
+    def named(model):  # path inside the model (the models' own names differ)
+        return {v.path.split("/", 1)[1]: v.numpy() for v in model.trainable_weights}
+    got, want = named(trainer.model), named(last.model)
+    assert sorted(got) == sorted(want) and len(got) == len(trainer.model.trainable_weights)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
 def test_phase_schedule_is_the_documented_formula():

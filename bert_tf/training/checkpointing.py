@@ -69,6 +69,7 @@ class Checkpoints:
         self.optimizer = None
         self.optional = {}  # name -> trackable restored only when a checkpoint has it
         self.restored_optional = set()  # the optional names the restored checkpoint had
+        self.restored_prefix = None  # the checkpoint `restore()` resumed from
         self._manager = None
 
     def add_optional(self, name, trackable):
@@ -135,6 +136,7 @@ class Checkpoints:
         for prefix in found:
             why = self._try_restore(prefix)
             if why is None:
+                self.restored_prefix = prefix
                 self._after_fallback(prefix, found, with_files, skipped, state)
                 log.info("resumed from %s (step %d)", prefix, int(self.global_step.numpy()))
                 return "resumed"
@@ -161,8 +163,9 @@ class Checkpoints:
             return "no .index file" if _files_of(prefix) else "its files are missing"
         try:
             status = self.checkpoint(optional=False).restore(prefix)
-            if self.optimizer is None or self.optional:  # the optional items come next
-                status.expect_partial()
+            # The optional items come next; items this run has none of (a two-phase run's
+            # record read by a one-phase eval or export) stay in the file.
+            status.expect_partial()
             status.assert_existing_objects_matched()
             self._restore_optional(prefix)
         except IndexError as e:  # the checkpoint reader's "Read less bytes than requested"

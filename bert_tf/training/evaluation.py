@@ -21,7 +21,10 @@ def eval_step_fn(strategy, model, task):
         norms = task.normalizers(batch)
         if ctx.num_replicas_in_sync > 1 and norms:
             norms = ctx.all_reduce(tf.distribute.ReduceOp.SUM, norms)
-        outputs = model({k: batch[k] for k in task.model_inputs}, training=False)
+        # Keras code is not converted (autograph fails on bert_tf models' zero-argument
+        # super() once an export has traced them).
+        outputs = tf.autograph.experimental.do_not_convert(model)(
+            {k: batch[k] for k in task.model_inputs}, training=False)
         return task.loss(batch, outputs, norms)[1]
 
     @tf.function

@@ -290,7 +290,8 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     if packed is not None and bool(shape) != bool(packed):
         kind = lambda p: "packed" if p else "ordinary (unpacked)"  # noqa: E731
         raise BertError(f"{flag}={file_pattern}: {kind(shape)} records, but this run was set "
-                        f"up for {kind(packed)} ones: pass files of the kind the run started with")
+                        f"up for {kind(packed)} ones (its training records' kind): pass "
+                        "files of that kind")
     if shape and dynamic_masking:
         raise BertError(DYNAMIC_MASKING_ON_PACKED)
     repeat = is_training if repeat is None else repeat

@@ -15,6 +15,18 @@ TRAINING_FLAGS = ("output_dir", "train_batch_size", "eval_batch_size", "learning
                   "export_dir")
 
 
+MIXED_PRECISIONS = ("none", "float16", "bfloat16", "auto")  # + "float32" (= none)
+
+
+def check_mixed_precision(value):
+    """A one-line BertError for a --mixed_precision value that no run takes (before TF starts,
+    so a typo does not first create the strategy or connect to a TPU)."""
+    if (value or "none").lower() not in MIXED_PRECISIONS + ("float32",):
+        from bert_tf import BertError
+        raise BertError(f"--mixed_precision: unknown value {value!r}; expected one of "
+                        f"{', '.join(MIXED_PRECISIONS)}")
+
+
 @dataclasses.dataclass
 class TrainerOptions:
     """Strategy, optimizer, schedule, step and checkpoint options shared by every task.
@@ -36,7 +48,7 @@ class TrainerOptions:
         grad_accum_steps: micro-batches per replica batch whose gradients are summed.
         jit_compile: XLA-compile the replica step.
         strategy: one_device | mirrored | multi_worker | tpu | auto (None: tpu with use_tpu).
-        mixed_precision: none | float16 (loss scaling) | bfloat16.
+        mixed_precision: none | float16 (loss scaling) | bfloat16 | auto (bf16 where fast).
         use_tpu, tpu_name, tpu_zone, gcp_project, master, num_tpu_cores: the original TPU flags.
         seed: random seed (weights, dropout, data order); None: random, kept in checkpoints.
         progress: show progress bars.
@@ -66,7 +78,9 @@ class TrainerOptions:
     jit_compile: bool = flag(False, "XLA-compile the training step.")
     strategy: str = flag(None, "one_device | mirrored | multi_worker | tpu | auto (default: "
                          "tpu with --use_tpu, else auto = mirrored on several GPUs).")
-    mixed_precision: str = flag("none", "none | float16 (with loss scaling) | bfloat16.")
+    mixed_precision: str = flag("none", "none | float16 (with loss scaling) | bfloat16 | "
+                                "auto (bfloat16 on a TPU, a GPU of compute capability >= 8.0 "
+                                "or a CPU with avx512_bf16/AMX, else float32).")
     use_tpu: bool = flag(False, "Whether to use TPU (same as --strategy=tpu).")
     tpu_name: str = flag(None, "The Cloud TPU to use.")
     tpu_zone: str = flag(None, "GCE zone where the Cloud TPU is located in.")

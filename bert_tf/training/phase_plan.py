@@ -22,15 +22,17 @@ Learning rate of the update at global step t (0-based; L = --learning_rate, W = 
 import dataclasses
 import os
 import re
+import types
 
 from bert_tf import BertError
 
 SCHEDULES = ("continue", "restart")
 # Flags that only mean something with --phase2_input_file (their unset values).
-_PHASE2_ONLY = {"phase2_eval_input_file": None, "phase2_train_batch_size": None,
-                "phase2_num_train_steps": None, "phase2_learning_rate": None,
-                "phase2_num_warmup_steps": None, "phase2_fresh_optimizer": False,
-                "phase2_lr_schedule": "continue"}
+_PHASE2_ONLY = types.MappingProxyType({
+    "phase2_eval_input_file": None, "phase2_train_batch_size": None,
+    "phase2_num_train_steps": None, "phase2_learning_rate": None,
+    "phase2_num_warmup_steps": None, "phase2_fresh_optimizer": False,
+    "phase2_lr_schedule": "continue"})
 # The phase flags a checkpoint records; a resume with other values is refused.
 RECORDED = ("num_train_steps", "max_seq_length", "max_predictions_per_seq", "train_batch_size",
             "learning_rate", "num_warmup_steps", "phase2_num_train_steps",
@@ -65,7 +67,8 @@ class Phase:
 
     @property
     def label(self):
-        """"phase 2" in a two-phase run, None in a one-phase one (its lines say nothing)."""
+        """The name its lines say ("phase 2") in a two-phase run; None in a one-phase one
+        (its lines say nothing)."""
         return f"phase {self.number}" if self.of > 1 else None
 
     @property
@@ -172,7 +175,8 @@ def learning_rate_at(options, t):
 
 
 def recorded_values(options):
-    """The phase flags a checkpoint records, as numbers (all 0 for a one-phase run)."""
+    """The phase flags a two-phase run's checkpoints record, as numbers (all 0 for one
+    phase, whose checkpoints have no record)."""
     o = options
     if not two_phases(o):
         return {name: 0.0 for name in RECORDED}
@@ -189,7 +193,7 @@ def mismatch(recorded, options, where):
 
     Args:
         recorded: `recorded_values` of the run that wrote the checkpoint ({}: a checkpoint
-            from before the record, of one phase).
+            without a record, of one phase).
         options: this run's PretrainingOptions.
         where: the checkpoint, as named in the message ("out (step 12)").
     """
@@ -212,6 +216,24 @@ def mismatch(recorded, options, where):
             return (f"--{name}: {shown(want[name])}, but the checkpoint in {where} was written "
                     f"with {shown(recorded.get(name, float('nan')))}: {fix}")
     return None
+
+
+def kind_mismatch(phase, packed, eval_packed, eval_pattern):
+    """The one-line error for --do_eval files of the other record kind (packed or plain)
+    than the phase's training files (the model's inputs follow those), or None.
+
+    Args:
+        phase: the Phase.
+        packed: whether its training records are packed.
+        eval_packed: whether its eval records are.
+        eval_pattern: the eval files as given.
+    """
+    if bool(packed) == bool(eval_packed):
+        return None
+    kind = lambda p: "packed" if p else "ordinary (unpacked)"  # noqa: E731
+    return (f"{phase.flag('eval_input_file')}={eval_pattern}: {kind(eval_packed)} records, but "
+            f"{phase.flag('input_file')} holds {kind(packed)} ones: evaluate "
+            f"{phase.label or 'the run'} on records of its training data's kind")
 
 
 def latest_step(output_dir, checkpoint_name="model.ckpt"):

@@ -1,9 +1,11 @@
 """Running the pre-training phases on the one trainer (the plan: bert_tf.training.phase_plan).
 
-One checkpoint stream: global steps count on across the boundary, and every checkpoint holds a
-`PhaseRecord` (under `phases`): which phase its weights and optimizer are in, the global step
-the optimizer's own step count starts from, and the phase flags of the run. A restart takes the
-record from the checkpoint, refuses other phase flags (one line), and continues where it was:
+One checkpoint stream: global steps count on across the boundary, and every checkpoint of a
+two-phase run holds a `PhaseRecord` (under `phases`; one-phase checkpoints have none): which
+phase its weights and optimizer are in, the global step the optimizer's own step count starts
+from, and the phase flags of the run. A restart takes the record from the checkpoint, refuses
+other phase flags when it trains (one line; eval- and export-only runs read what was trained
+from the record instead), and continues where it was:
 inside phase 1, at the boundary (the switch to phase 2 has not happened yet: it happens now, as
 in an uninterrupted run), or inside phase 2. The learning rate is a function of the global step
 (`PhaseSchedule`), so no restored optimizer step can put phase 2 past the end of a schedule.
@@ -12,6 +14,7 @@ At the switch the trainer gets phase 2's options (batch size; its data is read f
 batch) and the task phase 2's lengths and record kind (packed or not, decided per phase);
 --phase2_fresh_optimizer zeroes the optimizer's slots and step count, else they carry over.
 """
+import json
 import logging
 import posixpath
 
@@ -25,36 +28,62 @@ from bert_tf.training import phase_plan
 log = logging.getLogger("bert_tf")
 
 
+FLAGS_KEY = "phases/flags/.ATTRIBUTES/VARIABLE_VALUE"  # the record's flags in a checkpoint
+
+
 class PhaseRecord(tf.Module):
-    """What a checkpoint records of the phases (restored with it when it has one).
+    """What a two-phase run's checkpoints record of the phases (one-phase checkpoints have
+    none, as before).
 
     Args:
         options: PretrainingOptions; its phase flags are recorded (`phase_plan.RECORDED`).
+        strategy: the trainer's strategy: phase and optimizer_origin are int64 variables
+            made under its scope as global_step is (the schedule reads optimizer_origin in the
+            step); the flags are one string variable on the host CPU (TPUs hold no strings and
+            no float64), read only when resuming.
 
     Attributes:
         phase: 1, or 2 once the run switched to phase 2.
         optimizer_origin: the global step the optimizer's step count started from (phase 2's
             first step after a fresh optimizer, else 0).
-        flags: {name: float64 variable} of the phase flags (all 0 for one phase).
+        flags: string variable, the phase flags as JSON ({name: number}).
     """
 
-    def __init__(self, options):
+    def __init__(self, options, strategy):
         super().__init__(name="phases")
-        self.phase = tf.Variable(1, dtype=tf.int64, trainable=False, name="phase")
-        self.optimizer_origin = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                            name="optimizer_origin")
-        self.flags = {k: tf.Variable(v, dtype=tf.float64, trainable=False, name=k)
-                      for k, v in phase_plan.recorded_values(options).items()}
-        self.found = False  # whether the restored checkpoint had a record
+        first = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        with strategy.scope():
+            self.phase = tf.Variable(1, dtype=tf.int64, trainable=False, name="phase",
+                                     aggregation=first)
+            self.optimizer_origin = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                                name="optimizer_origin", aggregation=first)
+        with tf.device("/cpu:0"):
+            self.flags = tf.Variable(
+                json.dumps(phase_plan.recorded_values(options), sort_keys=True),
+                dtype=tf.string, trainable=False, name="flags")
 
-    def recorded(self):
-        """The recorded phase flags as Python floats."""
-        return {k: float(v.numpy()) for k, v in self.flags.items()}
+
+def read_record(prefix):
+    """The phase record of checkpoint `prefix`: {"phase", "optimizer_origin", "flags"} (flags:
+    {name: float}), or None for a checkpoint without one (one phase)."""
+    if not prefix:
+        return None
+    reader = tf.train.load_checkpoint(prefix)
+    if not reader.has_tensor(FLAGS_KEY):
+        return None
+    value = reader.get_tensor(FLAGS_KEY)
+    flags = json.loads(value.decode() if isinstance(value, bytes) else value)
+    return {"phase": int(reader.get_tensor("phases/phase/.ATTRIBUTES/VARIABLE_VALUE")),
+            "optimizer_origin": int(reader.get_tensor(
+                "phases/optimizer_origin/.ATTRIBUTES/VARIABLE_VALUE")),
+            "flags": {k: float(v) for k, v in flags.items()}}
 
 
-@keras.saving.register_keras_serializable(package="bert_tf")
 class PhaseSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """phase_plan's learning rate of the global step t = optimizer step + optimizer_origin.
+
+    Not Keras-serializable (it reads the run's phase record's variable): checkpoints hold the
+    optimizer's variables, never its config.
 
     Args:
         options: PretrainingOptions of a two-phase run.
@@ -89,54 +118,58 @@ class PhaseSchedule(keras.optimizers.schedules.LearningRateSchedule):
         second = self._warmup_decay(self.lr2, t - float(self.n1), self.w2, self.n2, 1.0)
         return ops.where(t < float(self.n1), first, second)
 
-    def get_config(self):
-        return {"lr1": self.lr1, "w1": self.w1, "n1": self.n1, "lr2": self.lr2, "w2": self.w2,
-                "n2": self.n2, "restart": self.restart}
-
 
 def attach(trainer, options):
-    """Give the trainer a PhaseRecord in its checkpoints and, for two phases, the optimizer
-    with the PhaseSchedule (before `restore()`).
+    """Build the trainer's optimizer; for two phases with the PhaseSchedule and a PhaseRecord
+    in its checkpoints (before `restore()`).
 
     Args:
         trainer: a Trainer of the PretrainingTask (optimizer not built yet).
         options: PretrainingOptions.
     Returns:
-        the PhaseRecord.
+        the PhaseRecord, or None for one phase (its checkpoints are as before).
     """
-    with trainer.strategy.scope():
-        record = PhaseRecord(options)
-    trainer.checkpoints.add_optional("phases", record)
-    if phase_plan.two_phases(options):
-        trainer.build_optimizer(phase_plan.total_steps(options), options.num_warmup_steps,
-                                schedule=PhaseSchedule(options, record.optimizer_origin))
-    else:
+    if not phase_plan.two_phases(options):
         trainer.build_optimizer(options.num_train_steps, options.num_warmup_steps)
+        return None
+    record = PhaseRecord(options, trainer.strategy)
+    trainer.checkpoints.add_optional("phases", record)
+    trainer.build_optimizer(phase_plan.total_steps(options), options.num_warmup_steps,
+                            schedule=PhaseSchedule(options, record.optimizer_origin))
     return record
 
 
-def after_restore(trainer, record, options, restored):
+def after_restore(trainer, options, restored, training):
     """Check a resumed checkpoint's phase record against the options; log where the run is.
+
+    Only a run that trains must have the phase flags that wrote the checkpoint; an eval- or
+    export-only run takes what was trained from the record (the export's length: the longest
+    phase's).
 
     Args:
         trainer: the Trainer, just restored.
-        record: its PhaseRecord.
         options: PretrainingOptions.
         restored: `restore()`'s result.
+        training: whether the run trains (--do_train).
     Raises:
-        BertError: the checkpoint's phase flags are not the options' (nothing was written).
+        BertError: a training run's phase flags are not the checkpoint's (nothing written).
     """
     if restored != "resumed":
         return
-    record.found = "phases" in trainer.checkpoints.restored_optional
-    recorded = record.recorded() if record.found else {}
+    saved = read_record(trainer.checkpoints.restored_prefix)
+    recorded = saved["flags"] if saved else {}
+    if not training:
+        if recorded.get("phase2_num_train_steps", 0) > 0:
+            trainer.task.export_seq_length = int(max(recorded["max_seq_length"],
+                                                     recorded["phase2_max_seq_length"]))
+        return
     where = f"{options.output_dir} (step {trainer.step})"
     problem = phase_plan.mismatch(recorded, options, where)
     if problem:
         raise BertError(problem)
     if phase_plan.two_phases(options):
         log.info("resumed in phase %d at global step %d of %d (the checkpoint's phase record)",
-                 int(record.phase.numpy()), trainer.step, phase_plan.total_steps(options))
+                 saved["phase"], trainer.step, phase_plan.total_steps(options))
 
 
 def enter(trainer, phase, record):
@@ -147,11 +180,11 @@ def enter(trainer, phase, record):
     Args:
         trainer: the Trainer of the PretrainingTask.
         phase: a phase_plan.Phase.
-        record: the PhaseRecord.
+        record: the PhaseRecord (None: one phase).
     """
     trainer.task.set_phase(phase)
     trainer.new_stage(phase.options, phase.start)
-    if phase.number == 2 and int(record.phase.numpy()) == 1:
+    if record is not None and phase.number == 2 and int(record.phase.numpy()) == 1:
         if phase.options.phase2_fresh_optimizer:
             for v in trainer.inner_optimizer.variables:  # a fresh optimizer's: all zero
                 v.assign(tf.zeros(v.shape, v.dtype))
@@ -170,7 +203,7 @@ def run(trainer, record, options, do_train, do_eval):
 
     Args:
         trainer: the restored Trainer of the PretrainingTask.
-        record: its PhaseRecord.
+        record: its PhaseRecord (None: one phase).
         options: PretrainingOptions.
         do_train: train.
         do_eval: evaluate at the end of each phase.
@@ -179,8 +212,9 @@ def run(trainer, record, options, do_train, do_eval):
     """
     plan = phase_plan.phases(options)
     history, evals = [], {}
+    done = int(record.phase.numpy()) if record is not None else 1
     for phase in plan:
-        if phase.number < int(record.phase.numpy()):
+        if phase.number < done:
             continue
         enter(trainer, phase, record)
         if do_train:

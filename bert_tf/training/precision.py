@@ -9,18 +9,20 @@ Elsewhere TensorFlow emulates bf16 and it runs slower than float32, so auto keep
 process (the strategy's devices, GPU details, cpuinfo) and applies it.
 """
 import os
+import re
 
 MIN_GPU_CAPABILITY = (8, 0)
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 CPUINFO = "/proc/cpuinfo"
 
 
-def cpu_flags(path=CPUINFO):
+def cpu_flags(path=None):
     """The set of CPU feature flags of /proc/cpuinfo's first `flags` line (empty elsewhere).
 
     Args:
-        path: the cpuinfo file (tests pass a fake one).
+        path: the cpuinfo file; None: `CPUINFO`, read when called (tests set a fake one).
     """
+    path = CPUINFO if path is None else path
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -81,11 +83,21 @@ def device_kind(strategy=None):
     return "cpu"
 
 
-def gpu_capabilities():
-    """(major, minor) compute capability of each visible GPU (those TF reports one for)."""
+def gpu_capabilities(strategy=None):
+    """(major, minor) compute capability of each GPU the strategy computes on (without one:
+    each visible GPU), of those TF reports one for.
+
+    Args:
+        strategy: a tf.distribute.Strategy, or None.
+    """
     import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    if strategy is not None:
+        devices = " ".join(getattr(strategy.extended, "worker_devices", ())).upper()
+        used = {int(n) for n in re.findall(r"GPU:(\d+)", devices)}
+        gpus = [g for g in gpus if int(g.name.rsplit(":", 1)[-1]) in used]
     caps = []
-    for gpu in tf.config.list_physical_devices("GPU"):
+    for gpu in gpus:
         cap = tf.config.experimental.get_device_details(gpu).get("compute_capability")
         if cap:
             caps.append(tuple(cap))
@@ -103,5 +115,5 @@ def resolve(precision, strategy=None):
     if (precision or "none").lower() != "auto":
         return precision, None
     kind = device_kind(strategy)
-    return choose(kind, gpu_capabilities() if kind == "gpu" else (),
+    return choose(kind, gpu_capabilities(strategy) if kind == "gpu" else (),
                   cpu_flags() if kind == "cpu" else (), _onednn_on())

@@ -77,8 +77,10 @@ def check_run(options, run_log=None):
         or phase flags no run can use.
     """
     from bert_tf.training import phase_plan
+    from bert_tf.training.options import check_mixed_precision
     from bert_tf.training.preflight import RunLog
     o = options
+    check_mixed_precision(o.mixed_precision)
     run_log = RunLog() if run_log is None else run_log
     if not (o.do_train or o.do_eval) or not o.input_file or not o.output_dir or min(
             o.max_seq_length, o.max_predictions_per_seq, o.train_batch_size) <= 0:
@@ -100,7 +102,11 @@ def check_phases(options, run_log, vocab_size=None, type_vocab_size=None):
         vocab_size, type_vocab_size: the config's (None: not checked).
     Returns:
         phase 1's training files' `check_pretraining_files` result.
+    Raises:
+        BertError: a phase's files do not fit its flags, or its --do_eval files are of the
+        other record kind (packed or plain) than its training files.
     """
+    from bert_tf import BertError
     from bert_tf.fileio import expand_globs
     from bert_tf.training import phase_plan
     from bert_tf.training.preflight import check_pretraining_files
@@ -111,6 +117,7 @@ def check_phases(options, run_log, vocab_size=None, type_vocab_size=None):
         checks = [("input_file", p.input_file, o.do_train)]
         if o.do_eval and phase.eval_files != p.input_file:
             checks.append(("eval_input_file", phase.eval_files, False))
+        kinds = []
         for name, pattern, training in checks:
             files = sorted(set(expand_globs(pattern, phase.flag(name))))  # as list_files
             info = check_pretraining_files(
@@ -120,6 +127,11 @@ def check_phases(options, run_log, vocab_size=None, type_vocab_size=None):
                 dynamic_masking=o.dynamic_masking and training, run_log=run_log,
                 label=phase.label)
             first = first or info
+            kinds.append(bool(info and info["packed"]))
+        if len(kinds) == 2:  # the model's inputs follow the training records' kind
+            problem = phase_plan.kind_mismatch(phase, kinds[0], kinds[1], phase.eval_files)
+            if problem:
+                raise BertError(problem)
     if len(plan) > 1 and run_log.first("phases"):
         log.info("%s", phase_plan.where_line(o, phase_plan.latest_step(o.output_dir)))
     return first

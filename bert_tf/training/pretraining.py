@@ -108,7 +108,10 @@ class PretrainingTask(Task):
 
     Attributes:
         options: the current phase's options (`set_phase`); run_options: the run's.
-        phase_record: the `phases.PhaseRecord` of the trainer's checkpoints (make_trainer).
+        phase_record: the `phases.PhaseRecord` of the trainer's checkpoints (make_trainer;
+            None for one phase).
+        export_seq_length: the export's longest text length (None: the run's longest phase;
+            an eval- or export-only run sets it from the checkpoint's phase record).
     """
     checkpoint_name = "model.ckpt"
     stat_keys = STAT_KEYS
@@ -121,6 +124,7 @@ class PretrainingTask(Task):
         self.run_log = preflight.RunLog() if run_log is None else run_log
         self.label = None  # "phase 2": said by the pre-flight lines of a two-phase run
         self.phase_record = None
+        self.export_seq_length = None
 
     def set_phase(self, phase):
         """Read `phase`'s data from now on: its lengths, and its record kind (two phases
@@ -247,7 +251,8 @@ class PretrainingTask(Task):
         """
         from bert_tf.training import pretraining_export
         # Text-in exports take up to the longest length trained (phase 2's).
-        longest = max(p.options.max_seq_length for p in phase_plan.phases(self.run_options))
+        longest = self.export_seq_length or max(
+            p.options.max_seq_length for p in phase_plan.phases(self.run_options))
         options = dataclasses.replace(self.options, max_seq_length=longest)
         return pretraining_export.export_pretrained(model, export_dir, options,
                                                     self.init_source)
@@ -326,20 +331,36 @@ def run_pretraining(options, strategy=None, init_source=None, run_log=None):
             from bert_tf.training.preflight_run import check_phases
             check_phases(o, run_log, config.vocab_size, config.type_vocab_size)
     packed = (o.do_train or o.do_eval) and records_are_packed(o.input_file)  # once, here
+    if o.do_eval:  # eval files of the other kind would fail only after the phase trained
+        for phase in phase_plan.phases(o):
+            first = packed if phase.number == 1 else records_are_packed(phase.options.input_file)
+            if phase.eval_files != phase.options.input_file:
+                problem = phase_plan.kind_mismatch(phase, first,
+                                                   records_are_packed(phase.eval_files),
+                                                   phase.eval_files)
+                if problem:
+                    raise BertError(problem)
     trainer = make_trainer(config, o, strategy, packed=packed, init_source=init_source,
                            run_log=run_log)
     restored = trainer.restore()
     task = trainer.task
-    phases.after_restore(trainer, task.phase_record, o, restored)
+    phases.after_restore(trainer, o, restored, o.do_train)
     out = {"train": [], "eval": None, "eval_phases": None, "export_dir": None}
+    two = phase_plan.two_phases(o)
     if o.do_train or o.do_eval:
-        out["train"], evals = phases.run(trainer, task.phase_record, o, o.do_train, o.do_eval)
+        # One phase: train, export, then eval (too little eval data must not cost the export).
+        out["train"], evals = phases.run(trainer, task.phase_record, o, o.do_train,
+                                         o.do_eval and two)
+        if o.do_train and not two:
+            out["export_dir"] = trainer.export()
+        if o.do_eval and not two:
+            evals = {1: phases.evaluate(trainer, phase_plan.phases(o)[0])}
         if evals:
             out["eval"] = evals[max(evals)]
-            out["eval_phases"] = evals if phase_plan.two_phases(o) else None
-    if o.do_train:
+            out["eval_phases"] = evals if two else None
+    if o.do_train and two:
         out["export_dir"] = trainer.export()
-    elif o.export_dir:
+    elif o.export_dir and not o.do_train:
         if restored == "fresh":
             raise BertError(f"--output_dir={o.output_dir}: no checkpoint to export (and no "
                             "--init_checkpoint)")

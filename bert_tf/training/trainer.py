@@ -43,6 +43,7 @@ from bert_tf import BertError, fileio
 from bert_tf.training import (checkpointing, distribute, evaluation, preemption, reporting,
                               summaries)
 from bert_tf.training.optimization import create_optimizer
+from bert_tf.training.options import check_mixed_precision
 from bert_tf.training.task import INPUT_NAMES, Task  # noqa: F401  (API)
 
 log = logging.getLogger("bert_tf")
@@ -75,8 +76,9 @@ class Trainer:
     def __init__(self, task, options, strategy=None, init_source=None):
         self.task, self.options = task, options
         o = options
-        distribute.set_mixed_precision(o.mixed_precision)
+        check_mixed_precision(o.mixed_precision)  # before a strategy (a TPU) is made
         self.strategy = strategy or distribute.strategy_from_options(o)
+        distribute.set_mixed_precision(o.mixed_precision, self.strategy)  # auto: its devices
         n = self.strategy.num_replicas_in_sync
         self.is_chief = distribute.is_chief(self.strategy)
         devices = getattr(self.strategy.extended, "worker_devices", ())
