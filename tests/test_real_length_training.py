@@ -436,16 +436,21 @@ def test_from_pretrained_passes_pad_to_max_seq_length(tmp_path):
     assert ids.pad_to_max_seq_length is False
 
 
-def test_cut_without_keys_needs_a_static_length():
-    import tensorflow as tf
+def test_cut_cuts_the_named_keys_only():
+    mask = np.ones((1, 4), np.int32)
+    out = real_length.cut({"input_mask": mask, "x": mask}, 2, keys=["input_mask"])
+    np.testing.assert_array_equal(out["input_mask"], [[1, 1]])
+    np.testing.assert_array_equal(out["x"], mask)  # same shape, not named: whole
+    with pytest.raises(TypeError):
+        real_length.cut({"input_mask": mask}, 2)  # keys are required
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-    def f(mask):
-        return real_length.cut({"input_mask": mask, "x": mask}, 2)["x"]
-    with pytest.raises(ValueError, match="static length"):
-        f.get_concrete_function()
-    np.testing.assert_array_equal(
-        real_length.cut({"input_mask": np.ones((1, 4), np.int32)}, 2)["input_mask"], [[1, 1]])
+
+def test_restore_clamps_the_padding_value_to_the_dtype():
+    import tensorflow as tf
+    x = tf.ones([1, 2], tf.float16)
+    back = real_length.restore(x, tf.constant([[1, 1, 0, 0]]), real_length.SPAN_PAD_LOGIT)
+    assert np.isfinite(back.numpy()).all()
+    assert float(back[0, 3]) == float(tf.float16.min)
 
 
 def test_the_policy_step_is_8_without_xla_and_a_bucket_with_it():

@@ -303,11 +303,13 @@ class KerasConventions:
 
     def predict(self, x, batch_size=None, verbose="auto", pad_to_max_seq_length=None,
                 **kwargs):
-        """`keras.Model.predict`; x as for `fit`.
+        """`keras.Model.predict`; x as for `fit`. A predict (or evaluate) called inside a
+        `fit` (from a callback) runs in fit's mode: fit's cut, or fit's fixed shape, decides,
+        not this call's pad_to_max_seq_length.
 
         Args:
             x, batch_size, verbose: as `keras.Model.predict`.
-            pad_to_max_seq_length: as for `fit`.
+            pad_to_max_seq_length: as for `fit` (outside a fit).
             **kwargs: its other keyword arguments.
         """
         with self._keras_mode(self._mode(pad_to_max_seq_length, "predict")):

@@ -56,6 +56,9 @@ import threading
 
 import tensorflow as tf
 
+from bert_tf.modeling.restore import (  # noqa: F401  (API: the restore half of the policy)
+    is_position_output, pad_back, padding_values, restore, restore_outputs)
+
 log = logging.getLogger("bert_tf")
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -140,22 +143,15 @@ def bucket_length(length, max_seq_length, step=None):
     return tf.minimum(rounded, tf.cast(max_seq_length, tf.int32))
 
 
-def cut(features, length, keys=None):
-    """`features` with the named [B, S, ...] values cut to [B, length, ...].
+def cut(features, length, keys):
+    """`features` with the named [B, S, ...] values cut to [B, length, ...] (by name, never by
+    shape: a [B, S] value that is not per position is not cut by coincidence).
 
     Args:
         features: dict of tensors.
         length: scalar int tensor.
-        keys: the keys to cut (None: every value of rank >= 2 whose second dimension equals
-            that of `input_mask`, which must then be static).
+        keys: the keys to cut.
     """
-    if keys is None:
-        seq = tf.convert_to_tensor(features["input_mask"]).shape[1]
-        if seq is None:  # nothing to compare with: cutting nothing would pass silently
-            raise ValueError("real_length.cut: keys=None needs an input_mask with a static "
-                             "length (axis 1); pass keys=")
-        keys = [k for k, v in features.items()
-                if len(getattr(v, "shape", ())) >= 2 and v.shape[1] == seq]
     out = dict(features)
     for k in keys:
         out[k] = out[k][:, :length]
@@ -219,109 +215,6 @@ def cut_batch_fn(max_seq_length, step=None, keys=INPUT_NAMES, cover=()):
         feats = cut(feats, length, keys=[k for k in keys if k in feats])
         return (feats,) + tuple(batch[1:]) if len(batch) > 1 else feats
     return fn
-
-
-# ---- outputs ----------------------------------------------------------------------------------
-
-def is_position_output(x):
-    """Whether output `x` of a call on inputs of dynamic length is per position: its axis 1
-    is dynamic too (the one rule; see the module docstring).
-
-    Args:
-        x: a tensor or TensorSpec.
-    """
-    return x.shape.rank is not None and x.shape.rank >= 2 and x.shape[1] is None
-
-
-def padding_values(model):
-    """{output key: what its padding positions hold} as the model (or its inner `.model`)
-    declares in `padding_values`; other outputs hold 0."""
-    for m in (model, getattr(model, "model", None)):
-        values = getattr(m, "padding_values", None)
-        if values is not None:
-            return dict(values)
-    return {}
-
-
-def pad_back(x, seq_length, value=0):
-    """A [B, L, ...] tensor padded on axis 1 to `seq_length` with `value` (the inverse of `cut`
-    for outputs: positions past the cut hold `value`).
-
-    Args:
-        x: tensor of rank >= 2.
-        seq_length: int or scalar int tensor, the length to restore.
-        value: the padding value.
-    """
-    x = tf.convert_to_tensor(x)
-    extra = tf.maximum(tf.cast(seq_length, tf.int32) - tf.shape(x)[1], 0)
-    paddings = tf.concat([[[0, 0], [0, extra]], tf.zeros([tf.rank(x) - 2, 2], tf.int32)], 0)
-    out = tf.pad(x, paddings, constant_values=tf.cast(value, x.dtype))
-    if isinstance(seq_length, int):
-        out = tf.ensure_shape(out, [x.shape[0], seq_length] + x.shape[2:].as_list())
-    return out
-
-
-def restore(x, input_mask, value=0, seq_length=None, length=None):
-    """A [B, L, ...] output of a cut batch back to [B, S, ...]; every padding position
-    (input_mask 0, past the cut or not) holds `value`.
-
-    Args:
-        x: tensor [B, L, ...], L <= S.
-        input_mask: [B, S] mask (the uncut one), or the cut [B, L] one with `seq_length`.
-        value: what padding positions hold (cast to x's dtype).
-        seq_length: S (None: input_mask's length).
-        length: the cut length L, if known: x's axis 1 must equal it (an error otherwise, so
-            an output taken for per position by mistake fails loudly).
-    """
-    x = tf.convert_to_tensor(x)
-    if length is not None:
-        tf.debugging.assert_equal(tf.shape(x)[1], tf.cast(length, tf.int32), message=(
-            "real_length.restore: an output taken for per position does not have the cut "
-            "length on axis 1"))
-    input_mask = tf.convert_to_tensor(input_mask)
-    if seq_length is None:
-        seq_length = tf.shape(input_mask)[1]
-        static = input_mask.shape[1]
-    else:
-        static = seq_length if isinstance(seq_length, int) else None
-        input_mask = pad_back(input_mask, seq_length, 0)
-    full = pad_back(x, seq_length, value)
-    keep = input_mask > tf.zeros([], input_mask.dtype) if input_mask.dtype != tf.bool \
-        else input_mask
-    for _ in range(x.shape.rank - 2):
-        keep = keep[..., None]
-    out = tf.where(keep, full, tf.cast(value, x.dtype))
-    batch = x.shape[0] if x.shape[0] is not None else input_mask.shape[0]
-    out.set_shape(tf.TensorShape([batch, static]).concatenate(x.shape[2:]))
-    return out
-
-
-def restore_outputs(outputs, input_mask, values=None, seq_length=None, keys=None,
-                    length=None):
-    """Every per-position output of a cut call restored with `restore`; the others unchanged.
-
-    Args:
-        outputs: a tensor, or a dict of tensors or of lists of tensors.
-        input_mask: as for `restore`.
-        values: {output key: what its padding positions hold} (`padding_values`; others 0).
-        seq_length: as for `restore`.
-        keys: the per-position outputs' keys (`output_kinds`; None for a single tensor);
-            omitted: those with a dynamic axis 1 (`is_position_output`, for calls whose
-            outputs are known, like the exports' on a dynamic length).
-        length: the cut length, checked against each restored output (`restore`).
-    """
-    values = values or {}
-
-    def one(key, x):
-        if isinstance(x, (list, tuple)):
-            return type(x)(one(key, v) for v in x)
-        if (key not in keys) if keys is not None else not is_position_output(x):
-            return x
-        return restore(x, input_mask, values.get(key, 0), seq_length, length)
-
-    if isinstance(outputs, dict):
-        return {k: one(k, v) for k, v in outputs.items()}
-    return one(None, outputs)
 
 
 # ---- a model call on the real length --------------------------------------------------------

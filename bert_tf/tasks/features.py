@@ -14,7 +14,7 @@ import numpy as np
 
 from bert_tf import BertError, fileio
 from bert_tf.script_flags import flag
-from bert_tf.tasks.finetune import PAD_HELP, built
+from bert_tf.tasks.finetune import built
 from bert_tf.training.options import TrainerOptions
 from bert_tf.training.task import Task
 
@@ -34,7 +34,10 @@ class FeatureConfig(TrainerOptions):
     do_lower_case: bool = flag(True, "Whether to lower case the input text. Should be True for "
                                "uncased models and False for cased models.")
     batch_size: int = flag(32, "Batch size for predictions.")
-    pad_to_max_seq_length: bool = flag(False, PAD_HELP)
+    pad_to_max_seq_length: bool = flag(False, (
+        "Compute every batch at --max_seq_length (the original's single fixed shape; always "
+        "so on TPUs). Default: each batch is cut to its longest real length, rounded up to a "
+        "multiple of 8; the features of real tokens equal the fixed shape's within 1e-5."))
     use_one_hot_embeddings: bool = flag(False, "Accepted for compatibility; has no effect (the "
                                         "embedding lookup is chosen by the backend).")
 

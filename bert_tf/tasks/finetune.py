@@ -261,13 +261,8 @@ def arrays_dataset_fn(features, cut=False, step=None, task=None):
 
 
 def make_trainer(task, cfg, init_source=None):
-    """A Trainer for `task` under cfg's strategy and precision.
-
-    Args:
-        task: a FinetuneTask (or any Task).
-        cfg: the task's RunConfig.
-        init_source: the `Source` read for --init_checkpoint, or None (`Trainer`).
-    """
+    """A Trainer for `task` (a FinetuneTask or any Task) under RunConfig `cfg`'s strategy and
+    precision; init_source: the `Source` read for --init_checkpoint, or None (`Trainer`)."""
     from bert_tf.training.trainer import Trainer
     return Trainer(task, cfg, init_source=init_source)
 
@@ -341,17 +336,15 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
                   for k, v in inputs.items()}
     ds = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size)
     model = trainer.model
-    kinds = real_length.output_kinds(
-        lambda x: model(x, training=False), inputs, model.__dict__.setdefault(
-            "_real_length_outputs", {}), type(model).__name__) \
-        if cuts_batches(trainer.options, strategy=trainer.strategy) else None
-    cut = kinds is not None
-    if cut:
+    cache = model.__dict__.setdefault("_real_length_outputs", {})
+    kinds = real_length.output_kinds(lambda x: model(x, training=False), inputs, cache, type(
+        model).__name__) if cuts_batches(trainer.options, strategy=trainer.strategy) else None
+    if kinds is not None:
         ds = ds.map(real_length.cut_batch_fn(int(seq_length),
                                              step=real_length.step(seq_length, xla=False)))
     dist = trainer.strategy.experimental_distribute_dataset(ds)
     step = _predict_step(trainer, tuple(output_keys), dist.element_spec,
-                         int(seq_length) if cut else None, kinds)
+                         int(seq_length) if kinds is not None else None, kinds)
     iterator = iter(dist)
     with tqdm(total=n, desc=desc, unit="ex", disable=not trainer.options.progress,
               dynamic_ncols=True) as bar:
@@ -364,9 +357,8 @@ def predict_batches(trainer, features, batch_size, output_keys, desc="predict"):
 
 
 def _predict_step(trainer, output_keys, element_spec, seq_length, kinds=None):
-    """The compiled prediction step for batches of `element_spec` (one trace: cut batches come
-    with a None length); seq_length: pad the per-position outputs (keys `kinds`) back to it
-    (None: no cut)."""
+    """The compiled prediction step for batches of `element_spec` (cut ones: a None length);
+    seq_length: pad the per-position outputs (keys `kinds`) back to it (None: no cut)."""
     import tensorflow as tf
     from bert_tf.modeling import real_length
     cache = trainer.__dict__.setdefault("_finetune_predict_steps", {})
@@ -380,8 +372,7 @@ def _predict_step(trainer, output_keys, element_spec, seq_length, kinds=None):
             out = {k: out[k] for k in output_keys}
             if seq_length:  # back to S in the replica: replicas cut to different lengths
                 out = real_length.restore_outputs(out, batch["input_mask"], values, seq_length,
-                                                  keys=kinds or (),
-                                                  length=tf.shape(batch["input_mask"])[1])
+                                                  kinds, tf.shape(batch["input_mask"])[1])
             return out
 
         @tf.function(input_signature=[element_spec])
@@ -397,22 +388,13 @@ write_results = fileio.write_eval_results
 
 
 def write_text(path, text):
-    """Text to path atomically (temp name + rename), creating its folder.
-
-    Args:
-        path: destination file.
-        text: str to write.
-    """
+    """str `text` to file `path` atomically (temp name + rename), creating its folder."""
     return fileio.write_text_atomic(path, text, make_parent=True)
 
 
 def softmax(x, axis=-1):
-    """Softmax in float64 (NumPy), max-subtracted so large logits cannot overflow.
-
-    Args:
-        x: array-like logits.
-        axis: the class axis.
-    """
+    """Softmax of array-like logits `x` over `axis` in float64 (NumPy), max-subtracted so
+    large logits cannot overflow."""
     x = np.asarray(x, np.float64)
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
