@@ -261,8 +261,12 @@ def arrays_dataset_fn(features, cut=False, step=None, task=None):
 
 
 def make_trainer(task, cfg, init_source=None):
-    """A Trainer for `task` (a FinetuneTask or any Task) under RunConfig `cfg`'s strategy and
-    precision; init_source: the `Source` read for --init_checkpoint, or None (`Trainer`)."""
+    """A Trainer for `task` under cfg's strategy and precision.
+
+    Args:
+        task, cfg: a FinetuneTask (or any Task) and its RunConfig.
+        init_source: the `Source` read for --init_checkpoint, or None (`Trainer`).
+    """
     from bert_tf.training.trainer import Trainer
     return Trainer(task, cfg, init_source=init_source)
 
@@ -388,13 +392,20 @@ write_results = fileio.write_eval_results
 
 
 def write_text(path, text):
-    """str `text` to file `path` atomically (temp name + rename), creating its folder."""
+    """Text to path atomically (temp name + rename), creating its folder.
+
+    Args:
+        path, text: the destination file and the str to write.
+    """
     return fileio.write_text_atomic(path, text, make_parent=True)
 
 
 def softmax(x, axis=-1):
-    """Softmax of array-like logits `x` over `axis` in float64 (NumPy), max-subtracted so
-    large logits cannot overflow."""
+    """Softmax in float64 (NumPy), max-subtracted so large logits cannot overflow.
+
+    Args:
+        x, axis: array-like logits and the class axis.
+    """
     x = np.asarray(x, np.float64)
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
