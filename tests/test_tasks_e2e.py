@@ -337,9 +337,9 @@ def _record_cuts(monkeypatch):
     """The seq_length each prediction step is made with: S when batches are cut, else None."""
     cuts, make = [], finetune._predict_step
 
-    def record(trainer, output_keys, element_spec, seq_length):
+    def record(trainer, output_keys, element_spec, seq_length, *rest):
         cuts.append(seq_length)
-        return make(trainer, output_keys, element_spec, seq_length)
+        return make(trainer, output_keys, element_spec, seq_length, *rest)
     monkeypatch.setattr(finetune, "_predict_step", record)
     return cuts
 

@@ -238,7 +238,11 @@ def kind_mismatch(phase, packed, eval_packed, eval_pattern):
 
 def latest_step(output_dir, checkpoint_name="model.ckpt"):
     """The step of the newest `<checkpoint_name>-<step>.index` in a local output_dir, or None
-    (remote or none: the run's restore says where it resumes)."""
+    (remote or none: the run's restore says where it resumes).
+
+    Args:
+        output_dir: the run's --output_dir.
+        checkpoint_name: the checkpoints' file prefix."""
     from bert_tf.fileio import is_local
     if not output_dir or not is_local(output_dir) or not os.path.isdir(output_dir):
         return None
@@ -249,7 +253,11 @@ def latest_step(output_dir, checkpoint_name="model.ckpt"):
 
 def where_line(options, step):
     """The pre-flight's phase line: the phases' steps and shapes, the schedule and where the
-    run starts (`step`: the latest checkpoint's, or None)."""
+    run starts.
+
+    Args:
+        options: the run's PretrainingOptions (two phases).
+        step: the latest checkpoint's step, or None."""
     o, (p1, p2) = options, phases(options)
     parts = [f"phase {p.number} = steps {p.start}-{p.end} on {p.flag('input_file')} at "
              f"{p.flag('max_seq_length')}={p.options.max_seq_length}, batch "

@@ -153,9 +153,13 @@ class Trainer:
         return self.checkpoints.save()
 
     def new_stage(self, options, data_start_step):
-        """Train on with other options (a pre-training phase's batch) and data whose first
-        batch is global step `data_start_step`'s (a resume skips this stage's batches only);
-        model, optimizer and checkpoints stay, the compiled loops are traced again."""
+        """Train on with other options; model, optimizer and checkpoints stay, the compiled
+        loops are traced again.
+
+        Args:
+            options: the stage's TrainerOptions (a pre-training phase's batch, ...).
+            data_start_step: the global step of the stage's first batch (a resume skips this
+                stage's batches only)."""
         self.options = options
         self.data_start_step = int(data_start_step)
         self._train_loop_fn = self._eval_step_fn = None
