@@ -21,6 +21,7 @@ from bert_tf import BertError
 from bert_tf.convert import formats, handoff
 from bert_tf.convert.__main__ import convert
 from test_convert_encoder_only import write_bert_model_dir
+from test_untrusted_sources import one_line
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -30,14 +31,6 @@ def src(tmp_path_factory):
     base = tmp_path_factory.mktemp("untrusted_paths")
     hf = write_bert_model_dir(base)
     return dict(base=base, hf=hf, vocab=os.path.join(hf, "vocab.txt"))
-
-
-def one_line(e, *parts):
-    msg = str(e.value)
-    assert "\n" not in msg, msg
-    for p in parts:
-        assert p in msg, msg
-    return msg
 
 
 def _copy(src_dir, dst):
