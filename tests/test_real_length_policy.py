@@ -16,6 +16,7 @@ from bert_tf.modeling import real_length
 from bert_tf.modeling.models import (BertClassifier, BertSpanLabeler, BertTaskModel,
                                      BertTokenClassifier)
 from conftest import tiny_bert_config
+from test_real_length_training import _record_lengths
 
 S = 16
 
@@ -198,10 +199,7 @@ def test_keras_fit_with_a_bs_multi_label_target_equals_padded():
     for m in (model, pad):
         m.compile(optimizer=keras.optimizers.SGD(0.1),
                   loss=keras.losses.BinaryCrossentropy(from_logits=True))
-    seen = []
-    call = model.call
-    model.call = lambda inputs, **kw: (seen.append(inputs["input_mask"].shape[1]),
-                                       call(inputs, **kw))[1]
+    seen = _record_lengths(model)
     h = model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
     h_pad = pad.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
     assert seen[:2] == [8, 16] and set(seen[2:]) == {None}  # kinds (two lengths), cut
@@ -287,10 +285,7 @@ def test_fit_predict_rounds_do_not_retrace():
     model.build()
     model.compile(optimizer=keras.optimizers.SGD(0.1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    traces = []
-    call = model.call
-    model.call = lambda inputs, **kw: (traces.append(inputs["input_mask"].shape[1]),
-                                       call(inputs, **kw))[1]
+    traces = _record_lengths(model)
     x, val = _ids([3, 5, 2, 4, 16, 3, 7, 2]), _ids([4, 2, 6, 3])
     y = np.ones((8, S), np.int32)
     counts = []
