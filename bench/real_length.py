@@ -14,7 +14,7 @@ Per model (`--models`, bert-mini and bert-base), in one process:
     tf.function (TF Hub's text-in recipe). p50 latency at batch 1 and batch 32, rows
     interleaved call by call so load from other processes hits them alike (CPU time beside);
   * fine-tuning and prediction: examples/s of the library path `bert-run-classifier` runs
-    (classifier_data features, ClassifierTask, finetune.train / finetune.predict; dropout on)
+    (classifier_data features, ClassifierTask, finetune.train / prediction.predict; dropout on)
     on the short texts at --max_seq_length 128 and at the shortest length that holds them
     (their longest + [CLS]/[SEP]), same examples, seed and batches. Training examples/s is
     the median of the trainer's loop lines after the first (tracing); prediction is timed
@@ -59,7 +59,7 @@ import tensorflow as tf  # noqa: E402
 from bert_tf import export, resources, tokenization  # noqa: E402
 from bert_tf.modeling.config import BertConfig  # noqa: E402
 from bert_tf.modeling.encoder import BertEncoder, dummy_inputs  # noqa: E402
-from bert_tf.tasks import classifier, classifier_data, finetune  # noqa: E402
+from bert_tf.tasks import classifier, classifier_data, finetune, prediction  # noqa: E402
 from packing import MODELS  # noqa: E402  (bench/packing.py: name -> shipped config)
 from serving_latency import make_vocab, timed_interleaved  # noqa: E402
 
@@ -208,9 +208,9 @@ def finetune_rates(cfg, tokenizer, examples, seq, batch, loop, work, tag, extra=
     assert loss is not None and np.isfinite(loss), loss
     loops = np.diff(np.array(clocks), axis=0)  # [loops - 1, (wall, cpu)]
     rates = loop * batch / np.median(loops, axis=0)
-    finetune.predict(trainer, feats, rc.predict_batch_size, ["logits"])  # traces
+    prediction.predict(trainer, feats, rc.predict_batch_size, ["logits"])  # traces
     start = (time.perf_counter(), time.process_time())
-    out = finetune.predict(trainer, feats, rc.predict_batch_size, ["logits"])
+    out = prediction.predict(trainer, feats, rc.predict_batch_size, ["logits"])
     wall, cpu = time.perf_counter() - start[0], time.process_time() - start[1]
     assert np.isfinite(out["logits"]).all()
     return {"train": float(rates[0]), "train_cpu": float(rates[1]),

@@ -12,7 +12,7 @@ import pytest
 
 from bert_tf.modeling import real_length
 from bert_tf.modeling.models import BertClassifier, BertSpanLabeler, BertTokenClassifier
-from bert_tf.tasks import classifier, finetune
+from bert_tf.tasks import classifier, finetune, prediction
 from conftest import tiny_bert_config
 
 S = 32  # buckets 8, 16, 24, 32
@@ -74,7 +74,7 @@ def _run(tmp_path, name, loss, steps=5, **overrides):
         feats, cut=finetune.cuts_batches(trainer.options, trainer.task), task=trainer.task))
     keys = {"classification": ["logits"], "tagging": ["logits"],
             "span": ["start_logits", "end_logits"]}[loss]
-    preds = finetune.predict(trainer, _features(loss, _arrays(10, seed=1)), 4, keys)
+    preds = prediction.predict(trainer, _features(loss, _arrays(10, seed=1)), 4, keys)
     return trainer, [m["loss"] for m in history], preds
 
 
@@ -107,9 +107,9 @@ def test_span_predictions_equal_at_real_positions(tmp_path):
     trainer.restore()
     feats = _features("span", _arrays(10, seed=1))
     keys = ["start_logits", "end_logits"]
-    cut = finetune.predict(trainer, feats, 4, keys)
+    cut = prediction.predict(trainer, feats, 4, keys)
     trainer.options.pad_to_max_seq_length = True
-    pad = finetune.predict(trainer, feats, 4, keys)
+    pad = prediction.predict(trainer, feats, 4, keys)
     mask = feats["input_mask"] > 0
     for k in keys:
         assert cut[k].shape == pad[k].shape == (10, S)
@@ -512,8 +512,8 @@ def test_mirrored_prediction_batches_cut_to_different_lengths(tmp_path):
     two.model.set_weights(one.model.get_weights())
     order = [1, 2, 3, 5, 0, 4, 6, 7, 9, 8]  # rows 0, 4, 8 are full length
     feats = {k: v[order] for k, v in _features("tagging", _arrays(10, seed=1)).items()}
-    want = finetune.predict(one, feats, 4, ["logits"])["logits"]
-    got = finetune.predict(two, feats, 4, ["logits"])["logits"]
+    want = prediction.predict(one, feats, 4, ["logits"])["logits"]
+    got = prediction.predict(two, feats, 4, ["logits"])["logits"]
     mask = feats["input_mask"] > 0
     assert got.shape == want.shape == (10, S, 3)
     np.testing.assert_allclose(got[mask], want[mask], rtol=0, atol=1e-5)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import bert_tf
-from bert_tf.tasks import finetune
+from bert_tf.tasks import finetune, prediction
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 CONFIG = os.path.join(ROOT, "configs", "tiny_test.json")
@@ -194,7 +194,7 @@ def test_ner_export_tags_like_the_library(tmp_path, tf1_model):
     ("run_squad.py", "bert_tf.tasks.squad:SquadConfig"),
     ("run_ner.py", "bert_tf.tasks.ner:NerConfig"),
     ("extract_features.py", "bert_tf.tasks.features:FeatureConfig"),
-    ("run_pretraining.py", "bert_tf.training.options:PretrainingOptions"),
+    ("run_pretraining.py", "bert_tf.pretraining.options:PretrainingOptions"),
 ])
 def test_script_flag_defaults_match_library(script, config):
     """The script's flags have the library config's defaults; the original flags exist."""
@@ -335,12 +335,12 @@ def test_library_errors(tmp_path, tf1_model):
 
 def _record_cuts(monkeypatch):
     """The seq_length each prediction step is made with: S when batches are cut, else None."""
-    cuts, make = [], finetune._predict_step
+    cuts, make = [], prediction._predict_step
 
     def record(trainer, output_keys, element_spec, seq_length, *rest):
         cuts.append(seq_length)
         return make(trainer, output_keys, element_spec, seq_length, *rest)
-    monkeypatch.setattr(finetune, "_predict_step", record)
+    monkeypatch.setattr(prediction, "_predict_step", record)
     return cuts
 
 

@@ -270,7 +270,7 @@ def _tagging_arrays():
 
 def test_finetuner_mirrored_and_bfloat16_match_one_device(tmp_path):
     import keras
-    from bert_tf.tasks import finetune
+    from bert_tf.tasks import finetune, prediction
     from conftest import TWO_CPUS
     arrays = _tagging_arrays()
     one = _tagging_tuner(tmp_path, "one", strategy="one_device")
@@ -291,9 +291,9 @@ def test_finetuner_mirrored_and_bfloat16_match_one_device(tmp_path):
         assert bf.model.dtype_policy.compute_dtype == "bfloat16"
         assert {w.dtype for w in bf.model.get_weights()} == {np.dtype("float32")}
         bf.model.set_weights(want)
-        logits = finetune.predict(bf, arrays, 3, ["logits"])["logits"]
+        logits = prediction.predict(bf, arrays, 3, ["logits"])["logits"]
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
-    full = finetune.predict(one, arrays, 3, ["logits"])["logits"]
+    full = prediction.predict(one, arrays, 3, ["logits"])["logits"]
     assert logits.dtype == np.float32 and logits.shape == (4, 8, 3)
     assert 0 < np.max(np.abs(logits - full)) < 0.1 * np.max(np.abs(full))

@@ -7,7 +7,8 @@
   ner               CoNLL-2003 tagging (first-piece labels, IOB1/IOB2), run_ner
   metrics           accuracy, F1, Matthews corr., Pearson/Spearman, entity-level P/R/F1
   features          extract_features (JSON lines like the original)
-  finetune          RunConfig, losses, FinetuneTask, train/predict on the one trainer
+  finetune          RunConfig, losses, FinetuneTask, train on the one trainer
+  prediction        predict over feature arrays (cut to real length, per-position outputs padded back)
 
 Modules import TensorFlow lazily where they can, so flag errors come back fast.
 """

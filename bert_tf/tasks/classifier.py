@@ -14,7 +14,7 @@ import numpy as np
 
 from bert_tf import BertError
 from bert_tf.script_flags import flag
-from bert_tf.tasks import classifier_data, finetune, metrics, tfds_data
+from bert_tf.tasks import classifier_data, finetune, metrics, prediction, tfds_data
 
 log = logging.getLogger("bert_tf.tasks")
 
@@ -165,7 +165,7 @@ def run(cfg, init_source=None):
         trainer.restore(inference=True)
     if cfg.do_eval:
         feats = features(dev, "eval features")
-        outputs = finetune.predict(trainer, feats, cfg.eval_batch_size, ["logits"], desc="eval")
+        outputs = prediction.predict(trainer, feats, cfg.eval_batch_size, ["logits"], desc="eval")
         res = eval_metrics(processor, feats["label_ids"], outputs)
         res["global_step"] = trainer.step
         res["loss"] = res["eval_loss"]
@@ -174,7 +174,7 @@ def run(cfg, init_source=None):
         result["eval"] = res
     if cfg.do_predict:
         feats = features(test, "test features")
-        outputs = finetune.predict(trainer, feats, cfg.predict_batch_size, ["logits"],
+        outputs = prediction.predict(trainer, feats, cfg.predict_batch_size, ["logits"],
                                    desc="predict")
         logits = outputs["logits"]
         if regression:

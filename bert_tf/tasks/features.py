@@ -141,7 +141,7 @@ def run(cfg, init_source=None):
     """
     import tensorflow as tf
     from bert_tf.convert.handoff import bert_config as config_of
-    from bert_tf.tasks import classifier_data, finetune
+    from bert_tf.tasks import classifier_data, finetune, prediction
     from bert_tf.training.trainer import Trainer
     from bert_tf.tokenization import FullTokenizer, check_vocab_size
     for name in ("input_file", "output_file", "bert_config_file", "vocab_file"):
@@ -175,7 +175,7 @@ def run(cfg, init_source=None):
     tmp = fileio.tmp_name(cfg.output_file)
     row = 0
     with tf.io.gfile.GFile(tmp, "w") as f:
-        for out in finetune.predict_batches(trainer, arrays, cfg.batch_size, keys,
+        for out in prediction.predict_batches(trainer, arrays, cfg.batch_size, keys,
                                            desc="features"):
             for j in range(len(out[keys[0]])):
                 uid, tokens = examples[row][0], all_tokens[row]

@@ -255,7 +255,7 @@ def run(cfg, init_source=None):
         cfg: NerConfig.
         init_source: the `Source` read for --init_checkpoint (`bert_tf.tasks.cli`), or None.
     """
-    from bert_tf.tasks import finetune, metrics
+    from bert_tf.tasks import finetune, metrics, prediction
     from bert_tf.tasks.classifier import check_common
     if cfg.label_scheme not in ("iob2", "none"):
         raise BertError(f"--label_scheme: expected iob2 or none, got {cfg.label_scheme!r}")
@@ -291,7 +291,7 @@ def run(cfg, init_source=None):
         arrays, feats = convert_sentences_to_features(sentences, label_list,
                                                       cfg.max_seq_length, tokenizer)
         batch = cfg.eval_batch_size if name == "eval" else cfg.predict_batch_size
-        logits = finetune.predict(trainer, arrays, batch, ["logits"], desc=name)["logits"]
+        logits = prediction.predict(trainer, arrays, batch, ["logits"], desc=name)["logits"]
         preds = decode(sentences, feats, logits, label_list)
         out_name = "eval_predictions.txt" if name == "eval" else "test_predictions.txt"
         _write_conll(os.path.join(cfg.output_dir, out_name), sentences, preds)

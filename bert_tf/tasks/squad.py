@@ -346,7 +346,7 @@ def run(cfg, init_source=None):
         cfg: SquadConfig.
         init_source: the `Source` read for --init_checkpoint (`bert_tf.tasks.cli`), or None.
     """
-    from bert_tf.tasks import finetune, squad_metrics
+    from bert_tf.tasks import finetune, prediction, squad_metrics
     from bert_tf.tasks.classifier import check_common
     bert_config, tokenizer = check_common(cfg, ("do_train", "do_predict"), init_source)
     if cfg.do_train and not cfg.train_file:
@@ -375,7 +375,7 @@ def run(cfg, init_source=None):
         feats = convert_examples_to_features(evals, tokenizer, cfg.max_seq_length,
                                              cfg.doc_stride, cfg.max_query_length, False,
                                              progress="eval features" if progress else None)
-        out = finetune.predict(trainer, features_to_arrays(feats, False),
+        out = prediction.predict(trainer, features_to_arrays(feats, False),
                                cfg.predict_batch_size, ["start_logits", "end_logits"])
         preds, nbest, odds = postprocess(
             evals, feats, out["start_logits"], out["end_logits"], cfg.n_best_size,
