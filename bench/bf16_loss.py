@@ -24,7 +24,7 @@ sys.path.insert(0, REPO)
 
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND)
 from bert_tf import resources  # noqa: E402
-from bert_tf.training import pretraining  # noqa: E402
+from bert_tf.pretraining import pretraining  # noqa: E402
 
 SEQ, PRED = 32, 16
 

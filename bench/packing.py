@@ -58,7 +58,7 @@ from bert_tf.pretraining_data import runner as create_runner  # noqa: E402
 from bert_tf.pretraining_data.options import Options as CreateOptions  # noqa: E402
 from bert_tf.pretraining_data.sequence_packing_run import PackOptions, run as pack_run  # noqa: E402
 from bert_tf.tokenization import vocab_builder  # noqa: E402
-from bert_tf.training import pretraining  # noqa: E402
+from bert_tf.pretraining import pretraining  # noqa: E402
 from bert_tf.training.distribute import get_strategy  # noqa: E402
 
 VOCAB_SIZE = 30522

@@ -19,7 +19,7 @@ sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
 import tensorflow as tf  # noqa: E402
 
 from bert_tf.pretraining_data.schema import feature_spec  # noqa: E402
-from bert_tf.training.preflight import check_pretraining_files, sample_files  # noqa: E402
+from bert_tf.pretraining.preflight import check_pretraining_files, sample_files  # noqa: E402
 from conftest import write_pretraining_records  # noqa: E402
 
 

@@ -45,9 +45,9 @@ import tensorflow as tf  # noqa: E402
 from bert_tf import resources  # noqa: E402
 from bert_tf.modeling.config import BertConfig  # noqa: E402
 from bert_tf.training.distribute import get_strategy, set_mixed_precision  # noqa: E402
-from bert_tf.training.input_pipeline import pretraining_dataset  # noqa: E402
+from bert_tf.pretraining.input_pipeline import pretraining_dataset  # noqa: E402
 from bert_tf.modeling.models import BertPretrainer, build_model  # noqa: E402
-from bert_tf.training import pretraining  # noqa: E402
+from bert_tf.pretraining import pretraining  # noqa: E402
 from peers_train import KerasHubFit, ModelGarden, clock, since  # noqa: E402
 
 SEQ, PRED = 128, 20

@@ -4,7 +4,8 @@ Packages follow the pipeline:
   tokenization      FullTokenizer (Python, exact), in-graph tokenizer, vocab builder
   pretraining_data  create_pretraining_data (original, streaming, Beam)
   modeling          BertConfig, layers, BertEncoder, heads, task models
-  training          run_pretraining and fine-tuning loop, optimizer, strategies, input pipeline
+  training          the one training loop (knows no task): trainer, optimizer, strategies
+  pretraining       the pre-training task: run_pretraining, input pipeline, pre-flight, phases
   export            SavedModels (preprocessor, encoder, end-to-end) for Keras and TF Serving
   tasks             fine-tuning: classifier, SQuAD, NER, feature extraction
   convert           TF1 checkpoints, Hugging Face safetensors (one module per foreign format)
@@ -30,7 +31,8 @@ class BertError(ValueError):
 # Subpackages reachable as attributes after `import bert_tf` (`bert_tf.export.load_as_keras_model`),
 # imported on first use: most import TensorFlow.
 SUBMODULES = ("commands", "convert", "demo", "export", "fileio", "modeling", "pretrained",
-              "pretraining_data", "script_flags", "tasks", "tokenization", "training")
+              "pretraining", "pretraining_data", "script_flags", "tasks", "tokenization",
+              "training")
 
 
 def __getattr__(name):

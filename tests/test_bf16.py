@@ -14,7 +14,8 @@ import tensorflow as tf
 from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.models import BertPretrainer, build_model
 from bert_tf.pretraining_data import sequence_packing as packing
-from bert_tf.training import distribute, precision, pretraining
+from bert_tf.training import distribute, precision
+from bert_tf.pretraining import pretraining
 from conftest import make_pretraining_instance, tiny_bert_config
 
 SEQ, PRED, PACK = 32, 5, 3
@@ -154,7 +155,7 @@ def test_auto_on_this_machine_and_the_strategys_devices(monkeypatch):
         distribute.set_mixed_precision("fp8")
     assert distribute.set_mixed_precision("none") == "float32"
     # The command's pre-flight says it before TF makes a strategy, even with nothing to read.
-    from bert_tf.training.preflight_run import check_run
+    from bert_tf.pretraining.preflight_run import check_run
     with pytest.raises(BertError, match="^--mixed_precision: unknown value 'fp8'; expected one "
                        "of none, float16, bfloat16, auto$"):
         check_run(pretraining.PretrainingOptions(mixed_precision="fp8"))

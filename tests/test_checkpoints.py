@@ -227,7 +227,7 @@ def test_our_training_checkpoints_load(case, tmp_path):
     cfg, w, batch, prefix = case
     trained = bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg))
     ck.load_tf1_checkpoint(trained, prefix)
-    # As bert_tf.training.pretraining writes them: model + optimizer (+ counters) beside it.
+    # As bert_tf.pretraining.pretraining writes them: model + optimizer (+ counters) beside it.
     step = tf.Variable(3, dtype=tf.int64)
     optimizer = keras.optimizers.Adam()
     optimizer.build(trained.trainable_variables)

@@ -57,8 +57,8 @@ def src(tmp_path_factory):
     run = base / "run"
     pretrainer = bert_tf.from_pretrained(str(st), task="pretraining")
     tf.train.Checkpoint(model=pretrainer).write(str(run / "model.ckpt-3"))
-    from bert_tf.training.options import PretrainingOptions
-    from bert_tf.training.pretraining_export import export_pretrained
+    from bert_tf.pretraining.options import PretrainingOptions
+    from bert_tf.pretraining.pretraining_export import export_pretrained
     options = PretrainingOptions(init_checkpoint=str(st), vocab_file=f"{hf_dir}/vocab.txt",
                                  do_lower_case=True, max_seq_length=ST_SEQ, model_name="bert")
     export_pretrained(pretrainer, str(run / "export"), options)
@@ -141,7 +141,7 @@ def test_default_seq_length_follows_sentence_bert_config(src):
 
 def test_each_source_read_once_per_command_and_no_temp_folder(src, tmp_path, monkeypatch):
     from bert_tf.convert import checkpoints, handoff
-    from bert_tf.training.options import PretrainingOptions
+    from bert_tf.pretraining.options import PretrainingOptions
     reads = []
 
     def counted(fmt):

@@ -12,7 +12,7 @@ import pytest
 import bert_tf
 from bert_tf import BertError
 from bert_tf.convert.handoff import fill_options
-from bert_tf.training.options import PretrainingOptions
+from bert_tf.pretraining.options import PretrainingOptions
 from test_convert_encoder_only import write_bert_model_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -14,7 +14,8 @@ LAYERS = [
     {"modeling"},
     {"convert"},
     {"pretrained"},                  # from_pretrained: the format table + models + tokenizer
-    {"training"},
+    {"training"},                    # the trainer core: knows no task
+    {"pretraining"},                 # the pre-training task on that trainer
     {"export"},
     {"tasks"},
     {"commands"},
@@ -88,3 +89,21 @@ def test_the_walk_sees_imports_inside_functions():
     # a function-level import (model.export() reaches bert_tf.export through this seam)
     assert ("bert_tf.modeling.keras_data", "bert_tf") in found
     assert ("bert_tf.training.checkpointing", "bert_tf.convert.checkpoints") in found
+
+
+def test_the_trainer_core_knows_no_pretraining():
+    """bert_tf.training is the core of every task (issue 43 D): it imports nothing of
+    bert_tf.pretraining and names no pre-training feature; the task hands the trainer what it
+    needs (its Task)."""
+    found = [f"{m}:{line} imports {n}" for m, n, line in imports()
+             if _package(m) == "training" and _package(n) == "pretraining"]
+    assert not found, found
+    named = []
+    for f in sorted((ROOT / "training").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            text = node.value if isinstance(node, ast.Constant) else next(
+                (getattr(node, a) for a in ("id", "attr", "name", "arg") if hasattr(node, a)),
+                None)
+            if isinstance(text, str) and ("masked_lm" in text or "next_sentence" in text):
+                named.append(f"{f.name}:{node.lineno}: {text[:60]!r}")
+    assert not named, named

@@ -1,4 +1,4 @@
-"""bert_tf.training.input_pipeline: names/dtypes/values, sharding, deterministic resume, dynamic masking."""
+"""bert_tf.pretraining.input_pipeline: names/dtypes/values, sharding, deterministic resume, dynamic masking."""
 import numpy as np
 import pytest
 
@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.pretraining_data.masking import BatchMasker
-from bert_tf.training.input_pipeline import (dynamic_mask, explain_data_error, list_files,
+from bert_tf.pretraining.input_pipeline import (dynamic_mask, explain_data_error, list_files,
                                              pretraining_dataset)
 from conftest import CLS_ID, MASK_ID, SEP_ID, write_pretraining_records
 

@@ -167,6 +167,10 @@ def test_wheel_holds_commands_configs_and_corpus(wheel):
     assert {f"bert_tf/resources/docs/{f}" for f, _, _ in resources.GUIDES.values()} <= names
     assert {f"bert_tf/commands/{m}.py" for m in MODULES} <= names
     assert "bert_tf/demo_predict.py" in names
+    # every package of the checkout (a new one, e.g. bert_tf/pretraining/, too)
+    packages = {os.path.relpath(d, ROOT).replace(os.sep, "/") + "/__init__.py"
+                for d, _, files in os.walk(os.path.join(ROOT, "bert_tf")) if "__init__.py" in files}
+    assert packages and packages <= names, sorted(packages - names)
     got = dict(line.split(" = ") for line in scripts.strip().splitlines())
     assert got == {name: f"{module}:main" for name, module in commands.COMMANDS.items()}
     assert len(got) == 10

@@ -1,9 +1,9 @@
-"""bert_tf.training.losses: same values and gradients as TF's fused cross-entropy op."""
+"""bert_tf.pretraining.losses: same values and gradients as TF's fused cross-entropy op."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_tf.training.losses import sparse_softmax_cross_entropy
+from bert_tf.pretraining.losses import sparse_softmax_cross_entropy
 
 
 def _loss_and_grad(fn, labels, logits, weights, jit=False):

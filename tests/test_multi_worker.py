@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_tf.training.input_pipeline import pretraining_dataset
-from bert_tf.training.pretraining import PretrainingOptions, make_trainer, summarize
+from bert_tf.pretraining.input_pipeline import pretraining_dataset
+from bert_tf.pretraining.pretraining import PretrainingOptions, make_trainer, summarize
 from conftest import tiny_bert_config, write_pretraining_records
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

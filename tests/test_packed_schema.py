@@ -10,7 +10,7 @@ import tensorflow as tf
 from bert_tf import BertError
 from bert_tf.modeling import layers
 from bert_tf.modeling.encoder import BertEncoder
-from bert_tf.training import pretraining
+from bert_tf.pretraining import pretraining
 from conftest import make_pretraining_instance, tiny_bert_config
 
 SEQ, PRED, N = 32, 5, 3
@@ -151,7 +151,7 @@ def test_deciding_packed_starts_no_tensorflow_runtime(records, tmp_path):
     import subprocess
     import sys
     (tmp_path / "junk.txt").write_text("not a TFRecord file\n")  # no readable record: False
-    code = ("import sys; from bert_tf.training import pretraining; "
+    code = ("import sys; from bert_tf.pretraining import pretraining; "
             "from tensorflow.python.eager import context; "
             "print(pretraining.records_are_packed(sys.argv[1]), "
             "pretraining.records_are_packed(sys.argv[2]), "

@@ -13,9 +13,9 @@ import tensorflow as tf
 from bert_tf import BertError
 from bert_tf.modeling.models import BertPretrainer, build_model
 from bert_tf.pretraining_data import sequence_packing as packing
-from bert_tf.training import pretraining
+from bert_tf.pretraining import pretraining
 from bert_tf.training.distribute import get_strategy
-from bert_tf.training.preflight import check_pretraining_files
+from bert_tf.pretraining.preflight import check_pretraining_files
 from conftest import TWO_CPUS, make_pretraining_instance, run_pretraining_cases, tiny_bert_config
 
 SEQ, PRED, PACK = 32, 5, 3
@@ -240,7 +240,7 @@ def test_packed_dataset_has_static_shapes_and_the_model_inputs(data, tmp_path):
 def test_pipeline_names_the_sequence_index_at_the_source(data):
     """pretraining_dataset itself yields input_sequence_index and a 0/1 input_mask (with or
     without its pre-flight), and records of another kind than `packed=` are a one-line error."""
-    from bert_tf.training.input_pipeline import pretraining_dataset
+    from bert_tf.pretraining.input_pipeline import pretraining_dataset
     rows = data["rows"][:4]
     for preflight in (True, False):
         ds = pretraining_dataset(data["packed"], 4, SEQ, PRED, False, preflight=preflight,

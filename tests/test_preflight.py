@@ -1,4 +1,4 @@
-"""bert_tf.training.preflight: every common data mistake is one exact line before any step."""
+"""bert_tf.pretraining.preflight: every common data mistake is one exact line before any step."""
 import gzip
 import logging
 
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.training.preflight import (check_file, check_pretraining_files,
+from bert_tf.pretraining.preflight import (check_file, check_pretraining_files,
                                         ends_with_whole_record, masked_crc32c, sample_files)
 from conftest import run_pretraining_cases, write_pretraining_records
 
@@ -246,7 +246,7 @@ def test_all_empty_and_many_problems(tmp_path, caplog):
         p.write_text("hello world, plain text")
         bad.append(p)
     # One problem, one line (issue 40): the same problem in other files is counted, not logged.
-    with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+    with caplog.at_level(logging.INFO, logger="bert_tf.pretraining.preflight"):
         msg = _error(bad)
     assert msg == (f"--input_file {bad[0]}: not a TFRecord file (it starts with 'hello world, "
                    "plain text'): pass the TFRecord files written by create_pretraining_data.py "
@@ -254,7 +254,7 @@ def test_all_empty_and_many_problems(tmp_path, caplog):
     assert caplog.records == []
     # A different problem of another file is its own warning line; the first is not repeated.
     (tmp_path / "dir.tfrecord").mkdir()
-    with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+    with caplog.at_level(logging.INFO, logger="bert_tf.pretraining.preflight"):
         msg = _error(bad + [tmp_path / "dir.tfrecord"])
     assert msg.endswith("(the same in 2 more file(s); 1 more file(s) with other problems, "
                         "listed above)")
@@ -395,11 +395,11 @@ def _packed_shards(tmp_path):
 def test_figures_say_what_they_cover(tmp_path, caplog):
     """The line gives the whole data's figures from the packer's journal, else says they are
     a sample and of how many records; a step's sequences for packed rows (issue 39)."""
-    from bert_tf.training import preflight
+    from bert_tf.pretraining import preflight
     shards, journal = _packed_shards(tmp_path)
     t, shape = journal["totals"], (64, journal["num_predictions"], 3)
     run_log = preflight.RunLog()
-    with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+    with caplog.at_level(logging.INFO, logger="bert_tf.pretraining.preflight"):
         info = check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32, run_log=run_log)
     per_row = t["sequences_in"] / t["packs_out"]
     assert (info["source"], info["rows"], info["sequences"]) == ("journal", t["packs_out"],
@@ -413,13 +413,13 @@ def test_figures_say_what_they_cover(tmp_path, caplog):
         f"step of --train_batch_size=32 rows holds {32 * per_row:.1f} sequences on average"]
     caplog.clear()
     # The same files again in the same run (another input pipeline): no second line.
-    with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+    with caplog.at_level(logging.INFO, logger="bert_tf.pretraining.preflight"):
         check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32, run_log=run_log)
     assert caplog.messages == []
     # Without the journal: the sampled records' figures, said to be a sample.
     for p in (tmp_path / "packed" / ".bert_tf").iterdir():
         p.unlink()
-    with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+    with caplog.at_level(logging.INFO, logger="bert_tf.pretraining.preflight"):
         info = check_pretraining_files(shards, 64, 5, VOCAB, 2, batch_size=32,
                                        run_log=preflight.RunLog())  # another run
     assert info["source"] == "sample" and "rows" not in info
@@ -432,8 +432,8 @@ def test_figures_say_what_they_cover(tmp_path, caplog):
 
 
 def test_dynamic_masking_on_packed_records_says_what_to_do(tmp_path):
-    from bert_tf.training.options import PretrainingOptions
-    from bert_tf.training.preflight_run import check_run
+    from bert_tf.pretraining.options import PretrainingOptions
+    from bert_tf.pretraining.preflight_run import check_run
     shards, _ = _packed_shards(tmp_path)
     o = PretrainingOptions(input_file=",".join(shards), output_dir=str(tmp_path / "out"),
                            max_seq_length=64, max_predictions_per_seq=5, do_train=True,
@@ -573,7 +573,7 @@ def _command(tmp_path, *flags):
 
 def test_dynamic_masking_on_packed_records_is_one_line(tmp_path):
     """The pre-flight's INFO line was logged before the --dynamic_masking error: 2 lines."""
-    from bert_tf.training.preflight_run import DYNAMIC_MASKING_ON_PACKED
+    from bert_tf.pretraining.preflight import DYNAMIC_MASKING_ON_PACKED
     _packed_shards(tmp_path)
     res = _command(tmp_path, "--max_seq_length=64", "--max_predictions_per_seq=5",
                    "--dynamic_masking")
@@ -585,16 +585,16 @@ def test_the_line_is_logged_once_per_run_not_once_per_process(tmp_path, caplog):
     """The pre-flight's state is the run's `RunLog`, passed along (no module state): the
     command's pre-flight logs the line once, the run's input pipelines handed the same RunLog
     do not repeat it, and a second run in one process (a notebook's) logs it again."""
-    from bert_tf.training import preflight
-    from bert_tf.training.options import PretrainingOptions
-    from bert_tf.training.preflight_run import check_run
+    from bert_tf.pretraining import preflight
+    from bert_tf.pretraining.options import PretrainingOptions
+    from bert_tf.pretraining.preflight_run import check_run
     shards, _ = _packed_shards(tmp_path)
     o = PretrainingOptions(input_file=",".join(shards), output_dir=str(tmp_path / "out"),
                            max_seq_length=64, max_predictions_per_seq=5, do_train=True)
 
     def lines(step):
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="bert_tf.training.preflight"):
+        with caplog.at_level(logging.INFO, logger="bert_tf.pretraining.preflight"):
             step()
         return len([m for m in caplog.messages if m.startswith("pre-flight:")])
 

@@ -74,7 +74,7 @@ def test_beam_schema_statistics_and_stats_file(in_process, corpus):
 
 
 def test_beam_shards_feed_the_training_input_pipeline(in_process):
-    from bert_tf.training import input_pipeline
+    from bert_tf.pretraining import input_pipeline
     d, data = in_process
     ds = input_pipeline.pretraining_dataset(str(d / "out-*-of-00003"), batch_size=7,
                                             max_seq_length=128, max_predictions_per_seq=20,

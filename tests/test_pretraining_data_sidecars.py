@@ -13,7 +13,7 @@ CORPUS = os.path.join(REPO, "tests", "data", "pretraining", "corpus.txt")
 
 
 def test_usual_globs_over_the_output_read_the_shards_only(tmp_path):
-    from bert_tf.training.input_pipeline import list_files, pretraining_dataset
+    from bert_tf.pretraining.input_pipeline import list_files, pretraining_dataset
     out = tmp_path / "data" / "d.tfrecord"
     data = run(Options(input_file=CORPUS, output_file=str(out), mode="streaming",
                        output_shards=3, learn_vocab_size=120, max_seq_length=24,

@@ -97,7 +97,7 @@ def test_tf_hub_encoder_in_serving_layout_or_under_encoder_is_read(src, where, t
         convert(from_format, src[where], "hf", out)
         assert_same(weights_of(bert_tf.from_pretrained(out)), want)
     # --init_checkpoint: config, vocab and casing handed off; the Source read is the one loaded
-    from bert_tf.training.options import PretrainingOptions
+    from bert_tf.pretraining.options import PretrainingOptions
     options, read = handoff.hand_off(PretrainingOptions(init_checkpoint=src[where]), set())
     assert options.bert_config_file == src[where] and read.format == "tfhub"
     assert options.vocab_file.endswith("vocab.txt") and options.do_lower_case is True
@@ -109,7 +109,7 @@ def test_tf_hub_encoder_in_serving_layout_or_under_encoder_is_read(src, where, t
 
 def test_a_rewritten_source_is_read_again(src, tmp_path):
     # A notebook hands a checkpoint to a command, rewrites it in place and reads it again.
-    from bert_tf.training.options import PretrainingOptions
+    from bert_tf.pretraining.options import PretrainingOptions
     path = tmp_path / "hub"
     write_hub_encoder(path, src["encoder"], os.path.join(src["hf"], "vocab.txt"))
     handoff.fill_options(PretrainingOptions(init_checkpoint=str(path)), set())

@@ -132,7 +132,7 @@ def test_encoder_export_errors_are_one_line(env, tmp_path):
 
 
 def test_with_mlm_false_and_pretraining_export_without_vocab(env, tmp_path):
-    from bert_tf.training import pretraining_export
+    from bert_tf.pretraining import pretraining_export
     plain = tf.saved_model.load(export_encoder(env.model, str(tmp_path / "p"), with_mlm=False))
     assert not hasattr(plain, "mlm") and not hasattr(plain, "vocab_file")
     assert len(plain.variables) == len(plain.trainable_variables)

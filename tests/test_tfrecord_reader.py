@@ -1,4 +1,4 @@
-"""bert_tf.training.tfrecord_reader: local files in Python, remote ones through TF's private
+"""bert_tf.pretraining.tfrecord_reader: local files in Python, remote ones through TF's private
 C++ record reader, and, where that cannot be imported, the public tf.io.gfile fallback, which
 gives the same records and the same errors."""
 import sys
@@ -6,7 +6,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from bert_tf.training import tfrecord_reader as reader
+from bert_tf.pretraining import tfrecord_reader as reader
 
 PRIVATE = "tensorflow.python.lib.io._pywrap_record_io"
 RECORDS = [b"", b"a", b"\x00\xff" * 50, bytes(range(256)) * 40]  # empty, tiny, 10 KiB

@@ -93,3 +93,23 @@ def test_divergence_is_one_error_line(tmp_path):
     trainer = _trainer(tmp_path, "diverge", learning_rate=1e30, weight_decay_rate=0.0)
     with pytest.raises(BertError, match=r"^training diverged at step \d+: loss (nan|inf)"):
         _train(trainer, 20)
+
+
+def test_a_bad_record_is_the_tasks_one_line_error():
+    """The trainer reads no record format (issue 43 D): an OpError of an eval (or training)
+    loop becomes the task's `explain_data_error`, else stays as it is; pre-training's names the
+    file and record its in-graph checks found."""
+    from bert_tf.pretraining.options import PretrainingOptions
+    from bert_tf.pretraining.pretraining import PretrainingTask
+    from bert_tf.training import evaluation
+    from bert_tf.training.task import Task
+    err = tf.errors.InvalidArgumentError(
+        None, None, "assertion failed: [--input_file a.tfrecord: record 3: bad] [Op:Assert]")
+
+    def batches():
+        raise err
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        evaluation.run_eval(None, batches, Task(), 1, "empty")
+    with pytest.raises(BertError) as e:
+        evaluation.run_eval(None, batches, PretrainingTask(None, PretrainingOptions()), 1, "empty")
+    assert str(e.value) == "--input_file a.tfrecord: record 3: bad"

@@ -1,4 +1,4 @@
-"""bert_tf.training.pretraining (on the one trainer) and run_pretraining.py: learning, replicas, resume, accumulation, precision,
+"""bert_tf.pretraining.pretraining (on the one trainer) and run_pretraining.py: learning, replicas, resume, accumulation, precision,
 eval results and command-line errors (tiny config, CPU)."""
 import os
 import subprocess
@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from bert_tf.training.distribute import get_strategy, set_mixed_precision
 from bert_tf.modeling.models import BertPretrainer, build_model
-from bert_tf.training.pretraining import (EVAL_KEYS, PretrainingOptions, make_trainer,
+from bert_tf.pretraining.pretraining import (EVAL_KEYS, PretrainingOptions, make_trainer,
                                           run_pretraining, summarize)
 from conftest import TWO_CPUS, run_pretraining_cases, tiny_bert_config
 

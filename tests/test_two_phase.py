@@ -1,4 +1,4 @@
-"""Two-phase pre-training in one command (issue 43 A, bert_tf.training.phase_plan / phases): the
+"""Two-phase pre-training in one command (issue 43 A, bert_tf.pretraining.phase_plan / phases): the
 learning rate at every step is the documented formula for both schedules and never 0 in phase
 2; a re-run from the boundary or from inside phase 2 ends with the uninterrupted run's
 checkpoint, bit for bit (dropout on); phase 2's wrong records, eval records of the other kind and changed phase flags of a run that
@@ -18,8 +18,8 @@ import tensorflow as tf
 
 from bert_tf import BertError
 from bert_tf.pretraining_data import sequence_packing as packing
-from bert_tf.training import phase_plan, pretraining
-from bert_tf.training.options import PretrainingOptions
+from bert_tf.pretraining import phase_plan, pretraining
+from bert_tf.pretraining.options import PretrainingOptions
 from conftest import make_pretraining_instance, tiny_bert_config, write_pretraining_records
 
 N1, N2 = 3, 2
@@ -72,7 +72,7 @@ def _options(data, out, **kw):
 @pytest.fixture(scope="module")
 def exports():
     """Exports are recorded, not written (their own tests write them): [max_seq_length]."""
-    from bert_tf.training import pretraining_export
+    from bert_tf.pretraining import pretraining_export
     seen = []
 
     def record(model, export_dir, options, init_source=None):
@@ -228,7 +228,7 @@ def test_restart_schedule_with_a_fresh_optimizer_resumes_inside_phase_2(data, ex
 
 
 def test_bad_phase_2_input_is_one_line_and_writes_nothing(data, exports, tmp_path):
-    from bert_tf.training.preflight_run import check_run
+    from bert_tf.pretraining.preflight_run import check_run
     out = tmp_path / "out"
     p2 = str(data / "p2.tfrecord")
     cases = [
@@ -330,7 +330,7 @@ def test_the_two_command_way_gets_a_fresh_optimizer_and_its_own_warmup(data, con
 def test_phase_schedule_is_the_documented_formula():
     """The trainer's schedule at every global step of a 900 + 100 step run equals
     phase_plan.learning_rate_at, for both choices and with a fresh optimizer's origin."""
-    from bert_tf.training.phases import PhaseSchedule
+    from bert_tf.pretraining.phases import PhaseSchedule
     base = PretrainingOptions(learning_rate=1e-4, num_train_steps=900, num_warmup_steps=90,
                               phase2_input_file="x", phase2_num_train_steps=None)
     for options in (base, dataclasses.replace(base, phase2_lr_schedule="restart",

@@ -39,7 +39,7 @@ def _copy(src_dir, dst):
 
 
 def _pretraining_options():
-    from bert_tf.training.options import PretrainingOptions
+    from bert_tf.pretraining.options import PretrainingOptions
     return PretrainingOptions()
 
 

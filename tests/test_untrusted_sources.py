@@ -239,10 +239,10 @@ def test_init_checkpoint_of_training_commands(src, variant, command, tmp_path):
     restore."""
     from bert_tf.modeling.models import find_encoder
     from bert_tf.tasks import classifier, finetune, ner, squad
-    from bert_tf.training import options as training_options
+    from bert_tf.pretraining.options import PretrainingOptions
     config_cls = {"run_classifier": classifier.ClassifierConfig, "run_ner": ner.NerConfig,
                   "run_squad": squad.SquadConfig,
-                  "run_pretraining": training_options.PretrainingOptions}[command]
+                  "run_pretraining": PretrainingOptions}[command]
     path = src["paths"][variant]
     options = config_cls(init_checkpoint=path, output_dir=str(tmp_path / "out"),
                          max_seq_length=16)
@@ -255,7 +255,7 @@ def test_init_checkpoint_of_training_commands(src, variant, command, tmp_path):
     options, read = handoff.hand_off(options, set())
     assert options.vocab_file == read.vocab_file and options.do_lower_case is True
     if command == "run_pretraining":
-        from bert_tf.training import pretraining
+        from bert_tf.pretraining import pretraining
         trainer = pretraining.make_trainer(handoff.bert_config(options, read), options,
                                            init_source=read)
     else:
@@ -353,7 +353,7 @@ def test_bad_savedmodels_get_one_line_and_run_nothing(src, tmp_path):
 
 
 def _pretraining_options():
-    from bert_tf.training.options import PretrainingOptions
+    from bert_tf.pretraining.options import PretrainingOptions
     return PretrainingOptions()
 
 

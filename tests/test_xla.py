@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from bert_tf.tasks import classifier, classifier_data, finetune, ner, squad
 from bert_tf.tokenization import FullTokenizer
-from bert_tf.training import pretraining
+from bert_tf.pretraining import pretraining
 from conftest import tiny_bert_config, write_pretraining_records
 
 WORDS = [f"w{i}" for i in range(20)]

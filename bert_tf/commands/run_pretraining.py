@@ -5,7 +5,7 @@
 
 The original's flags and defaults, plus the TF2 ones (--strategy, --mixed_precision, ...).
 Restarting with the same --output_dir resumes from its latest checkpoint. See
-bert_tf.training.pretraining.
+bert_tf.pretraining.pretraining.
 
 The paper's two phases in one command (phase 2 at 512 for the last steps; the long-runs guide):
   bert-run-pretraining ... --input_file='data/p1/*' --max_seq_length=128 --num_train_steps=900000
@@ -28,7 +28,7 @@ import bert_tf  # noqa: F401  (sets the Keras backend)
 from bert_tf import BertError
 from bert_tf import script_flags
 from bert_tf.commands import exit_zero_on_help, show_in_help
-from bert_tf.training.options import PretrainingOptions
+from bert_tf.pretraining.options import PretrainingOptions
 
 FLAGS = flags.FLAGS
 
@@ -45,12 +45,12 @@ def app_main(argv):
     """Pre-trains with the parsed flags; a BertError exits with one `error: ...` line."""
     del argv
     try:
-        from bert_tf.training.preflight import RunLog
-        from bert_tf.training.preflight_run import check_run
+        from bert_tf.pretraining.preflight import RunLog
+        from bert_tf.pretraining.preflight_run import check_run
         options = script_flags.options_from_flags(PretrainingOptions)
         run_log = RunLog()  # the lines this run logged: its input pipelines do not repeat them
         check_run(options, run_log)  # before TensorFlow is imported: a wrong flag fails in ~1 s
-        from bert_tf.training import pretraining
+        from bert_tf.pretraining import pretraining
         from bert_tf.convert.handoff import hand_off
         options, source = hand_off(options)  # read once; the run loads from this Source
         result = pretraining.run_pretraining(options, init_source=source, run_log=run_log)

@@ -1,9 +1,9 @@
 """What run_pretraining exports at the end of training (`bert_tf.exporter("pretrained")`;
-training reaches it through that seam, see `bert_tf.training.pretraining_export`).
+training reaches it through that seam, see `bert_tf.pretraining.pretraining_export`).
 
 Without --vocab_file: the ids-in encoder SavedModel in export_dir (TF Hub encoder convention).
 With it, the TF Serving layout `<export_dir>/<model_name>.../<version>/` (see
-`bert_tf.training.pretraining_export`). The `_embeddings` model pools as the model read by
+`bert_tf.pretraining.pretraining_export`). The `_embeddings` model pools as the model read by
 --init_checkpoint declares (a sentence-transformers directory: its pooling and Normalize),
 as `from_pretrained(task="embeddings")` does; else BERT's pooler.
 """

@@ -1,18 +1,16 @@
-"""Training: the loop behind run_pretraining.py and the fine-tuning scripts.
+"""Training: the one loop behind run_pretraining.py and the fine-tuning scripts. It knows no
+task: pre-training (bert_tf.pretraining) and the fine-tuning tasks (bert_tf.tasks) hand it a
+`Task`.
 
-  options         TrainerOptions / PretrainingOptions (every field with flag() is a flag)
+  options         TrainerOptions (every field with flag() is a flag)
   task            Task: what the trainer needs from pre-training or a fine-tuning task
   trainer         the one loop: strategy, optimizer, replica step, train, eval, export
+  evaluation      the trainer's eval step and loop (the task's stats summed over replicas)
   checkpointing   the trainer's checkpoints: save, resume, --init_checkpoint
+  preemption      SIGTERM/SIGINT while training: checkpoint the step in flight, exit 75
   summaries       the trainer's TensorBoard summaries (train and eval)
-  pretraining     the pre-training task (masked LM + NSP) and run_pretraining
-  phase_plan      the two-phase recipe (128 then 512) as a plan: steps, data, learning rate
-  phases          running the phases on the trainer: phase record, schedule, switch, eval
-  pretraining_export  run_pretraining's exports (ids-in encoder, or text-in models for serving)
-  losses          fast sparse softmax cross-entropy of the pre-training step
+  reporting       the training log line and progress bar of each loop
   optimization    the original's AdamWeightDecay (and LAMB), warm-up + linear decay
   distribute      strategy choice (TPU, Mirrored, MultiWorker, OneDevice)
-  input_pipeline  pre-training TFRecords -> batches (static shapes, dynamic masking)
-  preflight       one-line errors for bad pre-training files before the first step
-  record_checks   in-graph checks of every record read, and their one-line errors
+  precision       where bfloat16 is fast (--mixed_precision=auto)
 """

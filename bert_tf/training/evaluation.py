@@ -5,7 +5,6 @@ means, so N replicas report what one device reports for the same batches.
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.training.record_checks import explain_data_error
 
 
 def eval_step_fn(strategy, model, task):
@@ -42,7 +41,7 @@ def run_eval(step_fn, batches, task, max_steps, empty_error):
     Args:
         step_fn: `eval_step_fn`'s step.
         batches: a callable returning the distributed eval dataset (built inside the error
-            handling: a bad record becomes its one-line BertError).
+            handling: a bad record becomes the task's one-line BertError).
         task: the `Task`.
         max_steps: batches to evaluate at most.
         empty_error: BertError message when there is not a single full batch.
@@ -57,7 +56,7 @@ def run_eval(step_fn, batches, task, max_steps, empty_error):
                 totals[k] += float(v)
             steps += 1
     except tf.errors.OpError as e:
-        raise explain_data_error(e) or e from None
+        raise task.explain_data_error(e) or e from None
     if steps == 0:
         raise BertError(empty_error)
     return task.summarize(totals, steps)

@@ -18,8 +18,8 @@ All three clip the *global* gradient norm to `clip_norm` (1.0, as the original) 
 Where clipping happens under tf.distribute: Keras clips per replica *before* it all-reduces the
 gradients, which would clip each replica's share instead of the global gradient. These optimizers
 all-reduce first (sum over replicas) and then clip. A caller that has already summed the
-gradients over replicas (bert_tf.training.pretraining does, so that keras' LossScaleOptimizer sees the same
-gradients on every replica) sets `optimizer.gradients_aggregated = True`.
+gradients over replicas (bert_tf.training.trainer does, so that keras' LossScaleOptimizer sees
+the same gradients on every replica) sets `optimizer.gradients_aggregated = True`.
 """
 import re
 

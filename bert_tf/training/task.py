@@ -1,6 +1,6 @@
-"""Task: what the one trainer (bert_tf.training.trainer) needs from pre-training or a
-fine-tuning task. No TensorFlow import at module level, so options modules can subclass it
-while flags are parsed."""
+"""Task: what the one trainer (bert_tf.training.trainer) needs from a task (pre-training in
+bert_tf.pretraining, fine-tuning in bert_tf.tasks). No TensorFlow import at module level, so
+options modules can subclass it while flags are parsed."""
 from bert_tf import BertError
 
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
@@ -69,6 +69,15 @@ class Task:
     def log_text(self, metrics):
         """The metrics part of the training log line."""
         return f"loss={metrics['loss']:.4f}"
+
+    def explain_data_error(self, error):
+        """The one-line BertError for an error the task's input raised in a training or eval
+        loop (a bad record found in-graph), or None: the trainer re-raises `error` as it is.
+
+        Args:
+            error: the tf.errors.OpError.
+        """
+        return None
 
     def export(self, model, export_dir):
         """Export the trained model under export_dir; returns the path written.

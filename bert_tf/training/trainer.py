@@ -49,13 +49,6 @@ from bert_tf.training.task import INPUT_NAMES, Task  # noqa: F401  (API)
 log = logging.getLogger("bert_tf")
 
 
-def _data_error(error):
-    """A bad record found in-graph by the input pipeline -> its one-line BertError; any other
-    error unchanged."""
-    from bert_tf.training.record_checks import explain_data_error
-    return explain_data_error(error) or error
-
-
 class Trainer:
     """Strategy, model, optimizer, checkpoints and the distributed train/eval/predict loops.
 
@@ -296,8 +289,8 @@ class Trainer:
             raise BertError(f"--strategy=multi_worker: lost contact with another worker at "
                             f"step {self.step} ({distribute.worker_failure(e)}); "
                             "restart all workers to resume from the latest checkpoint") from None
-        except tf.errors.OpError as e:
-            raise _data_error(e) from None
+        except tf.errors.OpError as e:  # a bad record: the task's one-line error
+            raise self.task.explain_data_error(e) or e from None
 
     def learning_rate(self):
         """The optimizer's current learning rate as a Python float."""

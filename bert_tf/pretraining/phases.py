@@ -1,4 +1,4 @@
-"""Running the pre-training phases on the one trainer (the plan: bert_tf.training.phase_plan).
+"""Running the pre-training phases on the one trainer (the plan: bert_tf.pretraining.phase_plan).
 
 One checkpoint stream: global steps count on across the boundary, and every checkpoint of a
 two-phase run holds a `PhaseRecord` (under `phases`; one-phase checkpoints have none): which
@@ -23,7 +23,7 @@ import tensorflow as tf
 from keras import ops
 
 from bert_tf import BertError, fileio
-from bert_tf.training import phase_plan
+from bert_tf.pretraining import phase_plan
 
 log = logging.getLogger("bert_tf")
 

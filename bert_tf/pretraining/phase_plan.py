@@ -17,7 +17,7 @@ Learning rate of the update at global step t (0-based; L = --learning_rate, W = 
       phase 2: L2 * (u + 1) / W2 for u < W2, else L2 * (1 - u / N2)
   Phase 2's warm-up starts at L2 / W2, not 0: its first step trains. Neither schedule reaches 0
   inside phase 2, whatever a checkpoint restored (`learning_rate_at` is this formula; the
-  trainer's schedule is bert_tf.training.phases.PhaseSchedule).
+  trainer's schedule is bert_tf.pretraining.phases.PhaseSchedule).
 """
 import dataclasses
 import os

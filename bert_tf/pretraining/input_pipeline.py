@@ -47,13 +47,13 @@ import numpy as np
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
+from bert_tf.pretraining import packed_records
+from bert_tf.pretraining.preflight import (DYNAMIC_MASKING_ON_PACKED, REGENERATE,
+                                           check_pretraining_files)
+from bert_tf.pretraining.record_checks import check_ranges
+from bert_tf.pretraining.record_checks import explain_data_error  # noqa: F401 (re-exported)
 from bert_tf.pretraining_data.masking import BatchMasker
 from bert_tf.pretraining_data.schema import feature_spec
-from bert_tf.training import packed_records
-from bert_tf.training.preflight import REGENERATE, check_pretraining_files
-from bert_tf.training.preflight_run import DYNAMIC_MASKING_ON_PACKED
-from bert_tf.training.record_checks import check_ranges
-from bert_tf.training.record_checks import explain_data_error  # noqa: F401 (re-exported)
 
 MASKED_LM_PROB = 0.15
 

@@ -3,7 +3,7 @@
 Loss = masked-LM weighted mean over the real predictions, sum(w * ce) / (sum(w) + 1e-5), plus the
 NSP mean, both over the *global* batch: `normalizers()` gives the weight sum and the example
 count, which the trainer sums over replicas before `loss()` divides by them. Packed records
-(several sequences a row, bert_tf.training.packed_records) count their real sequences
+(several sequences a row, bert_tf.pretraining.packed_records) count their real sequences
 (next_sentence_weights) as examples and read their weights as `> 0` (the packed-BERT layout
 writes each prediction's sequence index there), so both kinds give the same losses for the same
 sequences. Strategy, accumulation, mixed precision, XLA: bert_tf.training.trainer; checkpoints
@@ -17,10 +17,10 @@ from bert_tf import BertError
 from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.models import BertPretrainer, build_model
-from bert_tf.training import packed_records, phase_plan, phases, preflight
-from bert_tf.training.input_pipeline import list_files, pretraining_dataset
-from bert_tf.training.losses import sparse_softmax_cross_entropy
-from bert_tf.training.options import PretrainingOptions  # noqa: F401  (API)
+from bert_tf.pretraining import packed_records, phase_plan, phases, preflight, record_checks
+from bert_tf.pretraining.input_pipeline import list_files, pretraining_dataset
+from bert_tf.pretraining.losses import sparse_softmax_cross_entropy
+from bert_tf.pretraining.options import PretrainingOptions  # noqa: F401  (API)
 from bert_tf.training.task import Task
 from bert_tf.training.trainer import Trainer
 
@@ -242,6 +242,14 @@ class PretrainingTask(Task):
                 run_log=self.run_log, preflight_label=self.label)
         return fn
 
+    def explain_data_error(self, error):
+        """`record_checks.explain_data_error`: a bad record's one-line BertError, or None.
+
+        Args:
+            error: the tf.errors.OpError of a training or eval loop.
+        """
+        return record_checks.explain_data_error(error)
+
     def export(self, model, export_dir):
         """`pretraining_export.export_pretrained` of the model; the path written.
 
@@ -249,7 +257,7 @@ class PretrainingTask(Task):
             model: the trained BertPretrainer.
             export_dir: where to export.
         """
-        from bert_tf.training import pretraining_export
+        from bert_tf.pretraining import pretraining_export
         # Text-in exports take up to the longest length trained (phase 2's).
         longest = self.export_seq_length or max(
             p.options.max_seq_length for p in phase_plan.phases(self.run_options))
@@ -323,12 +331,12 @@ def run_pretraining(options, strategy=None, init_source=None, run_log=None):
     config = config_of(o, init_source)  # any dialect the format table reads: not read again
     phase_plan.check(o, config.max_position_embeddings)
     if o.do_train or o.export_dir:
-        from bert_tf.training import pretraining_export
+        from bert_tf.pretraining import pretraining_export
         pretraining_export.check_vocab(o, config)
     if o.do_train or o.do_eval:
         list_files(o.input_file)
         if phase_plan.two_phases(o):  # phase 2's records too, before anything is written
-            from bert_tf.training.preflight_run import check_phases
+            from bert_tf.pretraining.preflight_run import check_phases
             check_phases(o, run_log, config.vocab_size, config.type_vocab_size)
     packed = (o.do_train or o.do_eval) and records_are_packed(o.input_file)  # once, here
     if o.do_eval:  # eval files of the other kind would fail only after the phase trained

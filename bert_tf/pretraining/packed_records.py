@@ -146,7 +146,7 @@ def tally(example, info):
 def record_format(files):
     """The kind and shapes of the first record of `files` (the first file that has one).
 
-    Read in Python (bert_tf.training.tfrecord_reader): deciding "packed or not" before the
+    Read in Python (bert_tf.pretraining.tfrecord_reader): deciding "packed or not" before the
     strategy must not start TensorFlow's runtime (a MultiWorkerMirroredStrategy's collective
     ops can only be configured before it starts).
 
@@ -157,7 +157,7 @@ def record_format(files):
         {"packed": bool, "seq_length": S, "predictions": P, "sequences_per_pack": N} (N = 1
         and P the record's for ordinary records), or None when no file has a readable record.
     """
-    from bert_tf.training.tfrecord_reader import first_example
+    from bert_tf.pretraining.tfrecord_reader import first_example
     example = first_example(files)
     if example is None:
         return None

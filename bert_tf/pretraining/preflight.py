@@ -9,11 +9,12 @@ gathers with (on GPU/TPU an out-of-range gather returns zeros instead of failing
 is one line naming the file, the record, what is wrong and the fix; the first one is raised as
 `BertError`, counting the files with the same problem; other problems are logged as warnings.
 
-The summary line says what its figures cover (bert_tf.training.preflight_run): the packer's
+The summary line says what its figures cover (bert_tf.pretraining.preflight_line): the packer's
 journal (the whole data) when there is one, else the records it sampled.
 
-TFRecord files are read, and their framing errors described, by bert_tf.training.tfrecord_reader;
-the rest of each file is checked in-graph while training (bert_tf.training.record_checks).
+TFRecord files are read, and their framing errors described, by
+bert_tf.pretraining.tfrecord_reader; the rest of each file is checked in-graph while training
+(bert_tf.pretraining.record_checks).
 """
 import concurrent.futures
 import logging
@@ -23,14 +24,20 @@ import time
 
 from bert_tf import BertError
 from bert_tf.fileio import describe_files, is_local
-from bert_tf.training import packed_records
-from bert_tf.training.preflight_run import (DYNAMIC_MASKING_ON_PACKED, packer_journal,
-                                            summary_line)
-from bert_tf.training.tfrecord_reader import (  # noqa: F401 (the last two: API)
+from bert_tf.pretraining import packed_records
+from bert_tf.pretraining.preflight_line import packer_journal, summary_line
+from bert_tf.pretraining.tfrecord_reader import (  # noqa: F401 (the last two: API)
     REGENERATE, DataLoss, describe_framing_error, file_size, parse_example, records,
     ends_with_whole_record, masked_crc32c)
 
 log = logging.getLogger(__name__)
+
+# The records carry their masks; packed training keeps them (issue 40: say what to do instead).
+DYNAMIC_MASKING_ON_PACKED = (
+    "--dynamic_masking: packed records were masked when they were made (bert-pack-pretraining-"
+    "data keeps each sequence's masks), so training on them uses those masks: drop "
+    "--dynamic_masking, or pass the unpacked records to --input_file to draw new masks at "
+    "every read")
 
 
 def _isdir(path):

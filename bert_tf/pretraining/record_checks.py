@@ -4,14 +4,14 @@
 whose message is one line naming the file, the record, the feature and the bound: on GPU/TPU an
 out-of-range gather would silently return zeros. `explain_data_error` turns such an error (or a
 tf.io parse error of a record with other lengths) into a `BertError`. The leading records of
-every file are checked before any step by bert_tf.training.preflight.
+every file are checked before any step by bert_tf.pretraining.preflight.
 """
 import re
 
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.training.preflight import REGENERATE
+from bert_tf.pretraining.tfrecord_reader import REGENERATE
 
 
 def _in_range(values, low, high, phrase):
