@@ -61,6 +61,7 @@ docs: $(STAMP)
 WHEEL_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 WHEEL_FLAGS ?=
 wheel:
+	rm -rf build  # setuptools keeps build/lib: modules deleted since the last build would ship
 	rm -f dist/bert_tf-*.whl
 	$(WHEEL_PY) -m pip wheel -q --no-deps $(WHEEL_FLAGS) . -w dist/
 

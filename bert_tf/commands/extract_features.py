@@ -17,9 +17,7 @@ from bert_tf.training.options import TRAINING_FLAGS
 
 def define_flags():
     """Every flag is a field of FeatureConfig, the training ones left out."""
-    # Text input: no records to skip.
-    script_flags.define_flags(features.FeatureConfig,
-                              exclude=TRAINING_FLAGS + ("skip_corrupt_records",))
+    script_flags.define_flags(features.FeatureConfig, exclude=TRAINING_FLAGS)
     flags.adopt_module_key_flags(script_flags)  # listed in --help too
     show_in_help(__name__)
 

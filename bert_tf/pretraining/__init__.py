@@ -8,7 +8,7 @@
   phases          running the phases on the trainer: phase record, schedule, switch, eval
   input_pipeline  pre-training TFRecords -> batches (static shapes, dynamic masking)
   packed_records  training on sequence-packed rows (bert-pack-pretraining-data's records)
-  tfrecord_reader TFRecords read without starting TensorFlow, and their framing errors
+  tfrecord_reader  TFRecords read without starting TensorFlow, and their framing errors
   preflight       one-line errors for bad pre-training files before the first step
   preflight_line  what the pre-flight line says (the packer's journal, or the sample)
   preflight_run   bert-run-pretraining's pre-flight of every phase, before TensorFlow starts

@@ -19,6 +19,7 @@ class PretrainingOptions(TrainerOptions):
         vocab_file, do_lower_case: with a vocab, the export also writes text-in models.
         model_name: name of the TF Serving models under export_dir.
         eval_input_file: --do_eval's files (default: input_file, as the original).
+        skip_corrupt_records: on a corrupt or truncated record, skip the rest of that file.
         phase2_*: the second phase of the paper's recipe in the same command (phase 2 of
             bert_tf.pretraining.phase_plan): its files, lengths, batch, steps, learning-rate
             schedule across the boundary and whether the optimizer starts afresh.
@@ -40,6 +41,10 @@ class PretrainingOptions(TrainerOptions):
                                  "style) instead of using the records' fixed masks.")
     mask_id: int = flag(103, "Id of [MASK] for --dynamic_masking (103 in Google's released "
                         "vocabularies).")
+    skip_corrupt_records: bool = flag(False, "On a corrupt or truncated record, skip the rest "
+                                      "of that input file and log how many records were lost, "
+                                      "instead of stopping with an error naming the file and "
+                                      "byte offset.")
     eval_input_file: str = flag(None, "Files --do_eval evaluates on (default: --input_file, "
                                 "as the original).")
     phase2_input_file: str = flag(None, "Phase 2's input files. With them one command "

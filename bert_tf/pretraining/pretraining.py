@@ -14,7 +14,6 @@ import dataclasses
 import tensorflow as tf
 
 from bert_tf import BertError
-from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder
 from bert_tf.modeling.models import BertPretrainer, build_model
 from bert_tf.pretraining import packed_records, phase_plan, phases, preflight, record_checks

@@ -90,8 +90,8 @@ _PARSE = re.compile(r"Key: (\w+)\.")
 def explain_data_error(error, flag="--input_file"):
     """The one-line BertError for a tf.errors.OpError raised by this pipeline, or None.
 
-    Training and evaluation loops catch `tf.errors.OpError` around the iterator and raise
-    `explain_data_error(e) or e`.
+    The pre-training task's `explain_data_error` (the Task protocol's hook): the trainer's
+    training and evaluation loops raise `task.explain_data_error(e) or e`.
 
     Args:
         error: the tf.errors.OpError.

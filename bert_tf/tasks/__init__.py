@@ -8,7 +8,10 @@
   metrics           accuracy, F1, Matthews corr., Pearson/Spearman, entity-level P/R/F1
   features          extract_features (JSON lines like the original)
   finetune          RunConfig, losses, FinetuneTask, train on the one trainer
-  prediction        predict over feature arrays (cut to real length, per-position outputs padded back)
+  prediction        predict over feature arrays (cut to real length, padded back)
+  squad_decoding    SQuAD n-best spans, mapped back to the context's exact text
+  tfds_data         any TFDS text-classification set as sentence(-pair) examples
+  cli               the fine-tuning scripts' main(): flags -> config -> run -> report
 
 Modules import TensorFlow lazily where they can, so flag errors come back fast.
 """

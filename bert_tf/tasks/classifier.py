@@ -175,7 +175,7 @@ def run(cfg, init_source=None):
     if cfg.do_predict:
         feats = features(test, "test features")
         outputs = prediction.predict(trainer, feats, cfg.predict_batch_size, ["logits"],
-                                   desc="predict")
+                                     desc="predict")
         logits = outputs["logits"]
         if regression:
             rows = [f"{float(v)}\n" for v in logits[:, 0]]

@@ -176,7 +176,7 @@ def run(cfg, init_source=None):
     row = 0
     with tf.io.gfile.GFile(tmp, "w") as f:
         for out in prediction.predict_batches(trainer, arrays, cfg.batch_size, keys,
-                                           desc="features"):
+                                             desc="features"):
             for j in range(len(out[keys[0]])):
                 uid, tokens = examples[row][0], all_tokens[row]
                 f.write(format_line(uid, tokens, {k: out[f"layer_{k}"][j] for k in layers},

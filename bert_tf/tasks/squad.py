@@ -376,7 +376,7 @@ def run(cfg, init_source=None):
                                              cfg.doc_stride, cfg.max_query_length, False,
                                              progress="eval features" if progress else None)
         out = prediction.predict(trainer, features_to_arrays(feats, False),
-                               cfg.predict_batch_size, ["start_logits", "end_logits"])
+                                 cfg.predict_batch_size, ["start_logits", "end_logits"])
         preds, nbest, odds = postprocess(
             evals, feats, out["start_logits"], out["end_logits"], cfg.n_best_size,
             cfg.max_answer_length, cfg.do_lower_case, v2, cfg.null_score_diff_threshold,

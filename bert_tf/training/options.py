@@ -91,10 +91,6 @@ class TrainerOptions:
     seed: int | None = flag(None, "Random seed (weights, dropout, data order); default: "
                             "random, kept in the checkpoint so a resumed run sees the same data.")
     progress: bool = flag(True, "Show progress bars.")
-    skip_corrupt_records: bool = flag(False, "On a corrupt or truncated record, skip the rest "
-                                      "of that input file and log how many records were lost, "
-                                      "instead of stopping with an error naming the file and "
-                                      "byte offset.")
     export_dir: str = flag(None, "Where to export after training (default: "
                            "<output_dir>/export).")
 
