@@ -3,6 +3,7 @@ Python API and every command, each source is read once per command, no temp fold
 and each format's name is a string in at most two files (issue 32)."""
 import ast
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -20,6 +21,7 @@ from bert_tf import BertError
 from bert_tf.convert import formats
 from bert_tf.convert.__main__ import convert
 from test_convert_encoder_only import write_bert_model_dir
+from test_untrusted_sources import _export_savedmodel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = ["the movie was good", "a dull film", "really not awful , good", ""]
@@ -29,14 +31,6 @@ ST_MODULES = [
     {"idx": 2, "name": "2", "path": "2_Normalize",
      "type": "sentence_transformers.models.Normalize"}]
 ST_SEQ = 24  # sentence_bert_config.json's max_seq_length (the tiny model has 40 positions)
-
-
-def run_command(module, *args):
-    out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                         cwd=ROOT, env=dict(os.environ, CUDA_VISIBLE_DEVICES="",
-                                            TF_CPP_MIN_LOG_LEVEL="3"))
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +83,9 @@ def test_export_savedmodel_embeddings_serve_what_from_pretrained_gives(src, tmp_
     want = src["want"]  # masked mean, L2-normalised (sentence-transformers' vectors)
     np.testing.assert_allclose(np.linalg.norm(want[:3], axis=1), 1.0, atol=1e-6)
     out = str(tmp_path / "emb")
-    run_command("bert_tf.commands.export_savedmodel", f"--init_checkpoint={src['st']}",
-                "--task=embeddings", f"--export_dir={out}")
+    # In this process (the command's process boundary: test_a_command_reads_init_checkpoint_once)
+    assert _export_savedmodel([f"--init_checkpoint={src['st']}", "--task=embeddings",
+                               f"--export_dir={out}"]) == out
     served = tf.saved_model.load(out).signatures["serving_default"](text=tf.constant(TEXTS))
     np.testing.assert_allclose(served["embedding"].numpy(), want, atol=1e-5)
     meta = json.load(open(f"{out}/assets.extra/bert_tf_export.json"))
@@ -196,8 +191,10 @@ def _cola(d):
 @pytest.mark.parametrize("command", ["run_classifier",
                                      pytest.param("run_pretraining", marks=pytest.mark.slow),
                                      "extract_features", "export_savedmodel"])
-def test_a_command_reads_init_checkpoint_once(src, tmp_path, command):
-    """The Source the hand-off read is the one the run's config, load and export use."""
+def test_a_command_reads_init_checkpoint_once(src, tmp_path, command, monkeypatch):
+    """The Source the hand-off read is the one the run's config, load and export use.
+    run_classifier and run_pretraining run main() in a child process (flag parsing included);
+    extract_features and export_savedmodel run their run() in this process, counted alike."""
     from conftest import write_pretraining_records
     from test_convert_encoder_only import V
     out = str(tmp_path / "out")
@@ -221,12 +218,30 @@ def test_a_command_reads_init_checkpoint_once(src, tmp_path, command):
         (tmp_path / "in.txt").write_text("\n".join(TEXTS[:3]) + "\n")
         args = [f"--input_file={tmp_path / 'in.txt'}", f"--output_file={out}.jsonl",
                 "--layers=-1", "--max_seq_length=16"]
-    res = subprocess.run(
-        [sys.executable, "-c", _COUNTED_COMMAND, f"bert_tf.commands.{command}",
-         f"--init_checkpoint={init}", *args], capture_output=True, text=True,
-        cwd=ROOT, env=dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3"))
-    assert res.returncode == 0, res.stderr[-3000:]
-    reads = json.loads(res.stdout.strip().splitlines()[-1])
+    if command in ("extract_features", "export_savedmodel"):
+        reads = []
+
+        def counted(fmt):
+            def read(path):
+                reads.append(path)
+                return fmt.read(path)
+            return dataclasses.replace(fmt, read=read)
+        monkeypatch.setattr(formats, "FORMATS", tuple(counted(f) for f in formats.FORMATS))
+        if command == "export_savedmodel":
+            assert _export_savedmodel([f"--init_checkpoint={init}", *args]) == out
+        else:
+            from bert_tf.tasks import cli, features
+            cli.with_handoff(features.run)(features.FeatureConfig(
+                init_checkpoint=init, input_file=str(tmp_path / "in.txt"),
+                output_file=f"{out}.jsonl", layers="-1", max_seq_length=16))
+        monkeypatch.undo()
+    else:
+        res = subprocess.run(
+            [sys.executable, "-c", _COUNTED_COMMAND, f"bert_tf.commands.{command}",
+             f"--init_checkpoint={init}", *args], capture_output=True, text=True,
+            cwd=ROOT, env=dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3"))
+        assert res.returncode == 0, res.stderr[-3000:]
+        reads = json.loads(res.stdout.strip().splitlines()[-1])
     assert len(reads) == 1, reads  # before: 3 (hand-off + config or pooling + load)
     if command == "export_savedmodel":
         served = tf.saved_model.load(out).signatures["serving_default"](text=tf.constant(TEXTS))
@@ -259,8 +274,10 @@ def test_a_command_reads_init_checkpoint_once(src, tmp_path, command):
         assert (meta["pooling"], meta["normalize"]) == ("mean", True)
 
 
-def _literal_files(name):
-    files = set()
+@functools.lru_cache(maxsize=None)
+def _constants_by_file():
+    """{file: the constants in it}, each file parsed once (not once per format name)."""
+    out = {}
     for f in pathlib.Path(ROOT, "bert_tf").rglob("*.py"):
         tree = ast.parse(f.read_text())
         # The package's own name as a logger or Keras package is not the format's.
@@ -268,10 +285,14 @@ def _literal_files(name):
                  for a in [*c.args, *(k.value for k in c.keywords)]
                  if getattr(c.func, "attr", getattr(c.func, "id", "")) == "getLogger"
                  or any(k.arg == "package" and k.value is a for k in c.keywords)}
-        if any(isinstance(n, ast.Constant) and n.value == name and id(n) not in other
-               for n in ast.walk(tree)):
-            files.add(str(f.relative_to(ROOT)))
-    return files
+        out[str(f.relative_to(ROOT))] = [n.value for n in ast.walk(tree)
+                                         if isinstance(n, ast.Constant) and id(n) not in other]
+    return out
+
+
+def _literal_files(name):
+    return {f for f, values in _constants_by_file().items()
+            if any(v == name for v in values)}
 
 
 def test_each_format_is_named_in_at_most_two_files():
