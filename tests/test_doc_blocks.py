@@ -7,12 +7,17 @@ for what the blocks name: an original release `uncased_L-12_H-768_A-12/` (= `$BE
 blocks load, and the top-level scripts, so `python run_pretraining.py ...` runs as printed.
 
 How a block runs is its language: `sh` (and indented blocks) with `bash -e` in the world,
-`python` as a fresh `python -` process in the world (so `import bert_tf` is all a block gets),
-`yaml` parsed. New blocks are picked up by themselves. A block that cannot run here goes in
-SKIP with the reason (PEERS: needs `make peers`; SLOW: long; CHECKS: what to assert after it),
-named by its doc and a piece of its first line; an entry that names no block fails, so the
-tables cannot go stale. docs/API.md's python blocks are one
-program and run in tests/test_docs.py.
+`python` as a process of its own in the world, forked from a server that has done
+`import tensorflow` and nothing else (so that import is paid once; `import bert_tf` is still
+all a block gets: it has only the names it imports, and neither bert_tf nor tensorflow_text,
+whose import registers the tokenizer ops, is loaded before it imports them), `yaml` parsed.
+New blocks are picked up by themselves. A block that cannot run here goes in SKIP with the
+reason (PEERS: needs `make peers`; SLOW: long; CHECKS: what to assert after it), named by its
+doc and a piece of its first line (where first lines repeat, a piece from the first line on,
+across its line break); an entry that names no block fails, so the tables cannot go stale. A
+SLOW entry names, in its comment, the default test that runs what the block shows; on a
+skipped `curl ... :predict` block it marks the block's REST body test. docs/API.md's python
+blocks are one program and run in tests/test_docs.py.
 
 The one rewrite: `/tmp/...` output folders become `tmp/...` inside the world (REWRITES).
 
@@ -23,7 +28,9 @@ The shipped guides are read by pip users without a checkout: none names a checko
 import json
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -78,6 +85,39 @@ SLOW = {
     ("README.md", "bert-pack-pretraining-data"),  # packs the block above's records: ~25 s
     # two phases in one command, ~30 s; tests/test_two_phase.py runs the same recipe
     ("docs/long_runs.md", "bert-run-pretraining --bert_config_file=uncased_L-12_H-768_A-12/"),
+    # slow: README.md:130 (the same Hugging Face text classifier, fit) and
+    # tests/test_docs.py::test_api_examples_run (API.md block 5: from_pretrained of a release
+    # directory, a text classifier's fit / predict / save .keras)
+    ("docs/models.md", "import bert_tf"),
+    # slow: tests/test_demo.py::test_demo_end_to_end (step 5, bert_tf/demo_predict.py: the same
+    # keras.Input -> TFSMLayer preprocessor -> TFSMLayer encoder -> keras.Model)
+    ("docs/models.md", "import keras, tensorflow as tf, tensorflow_text"),
+    # slow: tests/test_embeddings.py::test_mean_pooling_and_normalize_from_the_sentence_
+    # transformers_files (from_pretrained(task="embeddings", text_input=True) of a Hugging Face
+    # directory, predict, export)
+    ("README.md", "import bert_tf\nemb = bert_tf.from_pretrained"),
+    # slow: test_rest_body[export/README.md:104] (the same export loaded with
+    # tf.saved_model.load, its serving_default called with text=)
+    ("export/README.md", 'noqa: F401\nm = tf.saved_model.load("models/bert_fill_mask/1")'),
+    # slow: tests/test_export.py::test_stock_tfsmlayer_and_rebuilt_keras_model (stock TFSMLayer
+    # with its default endpoint on an end-to-end export, and with a named call_endpoint)
+    ("export/README.md", "import keras, tensorflow as tf, tensorflow_text"),
+    # slow: tests/test_export.py::test_keras_classifier_on_loaded_preprocessor_and_encoder_trains
+    # (the same load_as_keras_layer pair, trainable encoder, Dense head on keras.Input; trained)
+    ("export/README.md", "import keras\nfrom bert_tf.export import load_as_keras_layer"),
+    # slow: tests/test_export_serving.py::test_export_script_from_original_tf1_checkpoint (the
+    # same command from an original release's TF1 checkpoint into <export_base>/<model_name>/1;
+    # the fill_mask export itself: the world's, export_for_serving, which the layout and REST
+    # body tests read)
+    ("export/README.md", "bert-export-savedmodel --bert_config_file"),
+    # slow: tests/test_serve_path.py::test_fit_export_serve_in_a_process_without_bert_tf (its
+    # fixture: from_pretrained of a Hugging Face directory, task="classification", text_input,
+    # fit on a list of strings, export to models/clf/1)
+    ("README.md", "import bert_tf\nclf = bert_tf.from_pretrained"),
+    # (the REST body of README.md's curl, on the export the block above writes) slow:
+    # test_rest_body[export/README.md:114] (a row-format body of strings on a classification
+    # export's serving_default)
+    ("README.md", "docker run --rm -p 8501:8501 -v \"$PWD/models/clf"),
 }
 # A block that does this never runs unless SKIP names it (it would reach out of the test, or
 # change the environment the tests run in).
@@ -99,8 +139,11 @@ class Block:
         return f"{self.doc}:{self.lineno}"
 
     def named(self, table):
-        """The keys of `table` that name this block: (doc, text in its first line)."""
-        return [key for key in table if key[0] == self.doc and key[1] in self.first]
+        """The keys of `table` that name this block: (doc, text in its first line), or where
+        first lines repeat, (doc, text from its first line on, across the line break)."""
+        return [key for key in table if key[0] == self.doc and (
+            key[1] in self.first if "\n" not in key[1] else
+            key[1].split("\n")[0] in self.first and key[1] in self.text)]
 
     def __repr__(self):
         return f"{self.doc} line {self.lineno} ({self.lang or 'unlabelled'}: {self.first!r})"
@@ -157,7 +200,10 @@ SHELL = ("sh", "bash", "shell", "console", "")
 def test_tables_name_existing_blocks():
     for table in (SKIP, PEERS, SLOW, CHECKS):
         for key in table:
-            assert any(b.named({key: None}) for b in ALL_BLOCKS), f"no block named {key}"
+            named = [b for b in ALL_BLOCKS if b.named({key: None})]
+            assert named, f"no block named {key}"
+            if "\n" in key[1]:  # a piece across a line break names one block
+                assert len(named) == 1, (key, named)
     known = set(SHELL) | {"python", "yaml", "text"}  # text: printed output, not a program
     odd = [b for b in ALL_BLOCKS if b.lang not in known]
     assert not odd, f"blocks in a language this test cannot run: {odd}"
@@ -348,7 +394,81 @@ NOISE = re.compile(r"^[IWE]\d{4} |^\d{4}-\d\d-\d\d |^Function `|^Sharding callba
                    r"fingerprint|^Assets written|^WARNING: All log messages")
 
 
-def _run(block, argv, world, stdin, timeout):
+# The python blocks' server: TensorFlow imported once (only it: a block imports bert_tf and
+# tensorflow_text itself); each block runs in a child forked from it, as `python -` would run
+# it (its own process and globals, __main__, argv ["-"], stdin empty), output to two files.
+# Protocol, one JSON line per block in: {"code", "stdout", "stderr"}; out: the child's pid,
+# then its exit code.
+_SERVER = r"""
+import json, os, sys, traceback
+import tensorflow  # noqa: F401
+assert not {"bert_tf", "tensorflow_text"} & set(sys.modules), sorted(sys.modules)
+
+
+def child(job):
+    sys.stdin = open(os.devnull)
+    os.dup2(sys.stdin.fileno(), 0)
+    for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+    sys.argv = ["-"]
+    main = type(sys)("__main__")
+    sys.modules["__main__"] = main
+    exec(compile(job["code"], "<stdin>", "exec"), main.__dict__)
+
+
+for line in sys.stdin:
+    job = json.loads(line)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child(job)
+        except SystemExit:
+            raise
+        except BaseException:
+            traceback.print_exc()
+            sys.exit(1)
+        sys.exit(0)  # as the interpreter ends: atexit handlers run, streams are flushed
+    print(pid, flush=True)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def block_server(world, tmp_path_factory):
+    """Runs a python block as `python -` in the world would: (stdin text, timeout) ->
+    CompletedProcess-like (returncode, stdout, stderr), or raises subprocess.TimeoutExpired."""
+    outs = tmp_path_factory.mktemp("block_output")
+    server = subprocess.Popen([sys.executable, "-c", _SERVER], cwd=world, env=_env(world),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def line(timeout):
+        ready, _, _ = select.select([server.stdout], [], [], timeout)
+        text = server.stdout.readline() if ready else None
+        if text == "":
+            raise RuntimeError(f"the python block server exited ({server.wait()})")
+        return text
+
+    def run(code, timeout):
+        files = {k: str(outs / f"{k}.txt") for k in ("stdout", "stderr")}
+        server.stdin.write(json.dumps(dict(files, code=code)) + "\n")
+        server.stdin.flush()
+        pid = int(line(300))  # the server's own start (the TF import) comes first
+        rc = line(timeout)
+        if rc is None:
+            os.kill(pid, signal.SIGKILL)
+            line(60)
+            raise subprocess.TimeoutExpired("python -", timeout)
+        out = {k: open(path, encoding="utf-8", errors="replace").read()
+               for k, path in files.items()}
+        return subprocess.CompletedProcess(["python", "-"], int(rc), **out)
+
+    yield run
+    server.stdin.close()
+    server.wait(timeout=60)
+
+
+def _run(block, argv, world, stdin, timeout, server=None):
     reach = OUTSIDE.search(re.sub(r"(^|\s)#.*", "", block.text))  # comments may mention them
     if reach:
         pytest.fail(f"{block.doc}: block {block.first!r} (line {block.lineno}) uses "
@@ -356,8 +476,11 @@ def _run(block, argv, world, stdin, timeout):
                     "with the reason", pytrace=False)
     started = time.time()
     try:
-        proc = subprocess.run(argv, input=stdin, cwd=world, env=_env(world), capture_output=True,
-                              text=True, timeout=timeout)
+        if server is not None:
+            proc = server(stdin, timeout)
+        else:
+            proc = subprocess.run(argv, input=stdin, cwd=world, env=_env(world),
+                                  capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{block.doc}: block {block.first!r} (line {block.lineno}) ran over "
                     f"{timeout} s", pytrace=False)
@@ -489,8 +612,8 @@ def test_shell_block(block, world):
 
 
 @pytest.mark.parametrize("block", _params(("python",)))
-def test_python_block(block, world):
-    _run(block, [sys.executable, "-"], world, block.text, timeout=300)
+def test_python_block(block, world, block_server):
+    _run(block, [sys.executable, "-"], world, block.text, timeout=300, server=block_server)
     _check(block, world)
 
 
@@ -529,7 +652,11 @@ CURLS = [b for b in ALL_BLOCKS if b.lang in SHELL and re.search(r"\bcurl\b.*:pre
                                                                flags=re.S)]
 
 
-@pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in CURLS])
+_LOADED = {}  # export folder -> the loaded SavedModel (read-only use)
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.id, marks=[pytest.mark.slow] * bool(
+    b.named(SLOW))) for b in CURLS])
 def test_rest_body(block, world):
     """A (skipped) `curl ... :predict` block's body, run in-process on the export it names
     (the folder its `docker run -v` mounts, else models/<name>/), gives the outputs its
@@ -547,7 +674,9 @@ def test_rest_body(block, world):
     with open(f"{export_dir}/assets.extra/bert_tf_export.json") as f:
         task = json.load(f)["task"]
     try:
-        out = _rest_call(tf.saved_model.load(export_dir), body)
+        if export_dir not in _LOADED:  # two bodies for one export: loaded once
+            _LOADED[export_dir] = tf.saved_model.load(export_dir)
+        out = _rest_call(_LOADED[export_dir], body)
     except (AssertionError, KeyError, ValueError, TypeError, tf.errors.OpError) as e:
         pytest.fail(f"{where}: {type(e).__name__}: {e}", pytrace=False)
     shown = set()
