@@ -206,19 +206,16 @@ def test_preprocessor_exports_only_serving_safe_ops(env):
 def test_export_savedmodel_command_with_mlm(env, tmp_path):
     """`bert-export-savedmodel --kind=encoder --with_mlm` from an original TF1 checkpoint:
     the checkpoint's masked-LM head answers `mlm`, the vocab and casing are assets."""
-    import subprocess
-    import sys
     from bert_tf.convert.tf1 import save_tf1_checkpoint
+    from test_untrusted_sources import _export_savedmodel  # run() in this process
     ckpt = save_tf1_checkpoint(env.model, str(tmp_path / "bert_model.ckpt"))
     config = str(tmp_path / "bert_config.json")
     env.model.encoder.bert_config.to_json_file(config)
     out = str(tmp_path / "enc_cli")
-    proc = subprocess.run(
-        [sys.executable, "-m", "bert_tf.commands.export_savedmodel", "--kind=encoder",
-         "--with_mlm", f"--bert_config_file={config}", f"--init_checkpoint={ckpt}",
-         f"--vocab_file={env.vocab}", "--do_lower_case=False", f"--export_dir={out}"],
-        capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _export_savedmodel(
+        ["--kind=encoder", "--with_mlm", f"--bert_config_file={config}",
+         f"--init_checkpoint={ckpt}", f"--vocab_file={env.vocab}", "--do_lower_case=False",
+         f"--export_dir={out}"]) == out
     enc = tf.saved_model.load(out)
     x = mlm_inputs(env)
     np.testing.assert_allclose(enc.mlm(x)["mlm_logits"].numpy(),
