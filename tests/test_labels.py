@@ -1,9 +1,6 @@
 """Labels travel with the model: from_pretrained(labels=...) -> the model's config -> a .keras
 file -> bert-export-savedmodel serves the names, not '0'/'1'; export(labels=...) overrides."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,8 +13,8 @@ from bert_tf import BertError
 from bert_tf.convert.tf1 import save_tf1_checkpoint
 from bert_tf.modeling import models as bm
 from bert_tf.modeling.config import BertConfig
+from test_untrusted_sources import _export_savedmodel
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film", "the", "was"]
 TEXTS = ["the film was good", "bad film", "the the bad", "good good good"]
 
@@ -61,12 +58,12 @@ def test_labels_from_pretrained_through_a_keras_file_to_the_served_model(release
     again = keras.saving.load_model(str(path))
     assert again.model.labels == ["neg", "pos"]
     assert again.model.get_config()["labels"] == ["neg", "pos"]
-    run = subprocess.run([sys.executable, os.path.join(ROOT, "export_savedmodel.py"),
-                          f"--init_checkpoint={path}", f"--export_base={tmp_path / 'serve'}",
-                          "--model_name=clf"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
+    # bert-export-savedmodel's run() in this process (the script as a process:
+    # test_serve_path.py::test_export_savedmodel_takes_a_keras_file)
     version = tmp_path / "serve" / "clf" / "1"
+    assert _export_savedmodel([f"--init_checkpoint={path}",
+                               f"--export_base={tmp_path / 'serve'}",
+                               "--model_name=clf"]) == str(version)
     labels, served = _served_labels(version)
     np.testing.assert_allclose(served, logits, atol=1e-5)
     assert labels == [["neg", "pos"][i] for i in logits.argmax(-1)]
