@@ -7,7 +7,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import threading
 import time
 import types
@@ -336,21 +335,34 @@ def test_unreachable_tpu_is_one_line(monkeypatch):
     server.close()
 
 
-def test_unreachable_tpu_through_run_pretraining(tmp_path):
+def test_unreachable_tpu_through_run_pretraining(tmp_path, monkeypatch, caplog, capfd):
+    """In process: the command's path after its flags (bert_tf.commands.run_pretraining's
+    app_main: the pre-flight, the hand-off, run_pretraining). The command turns the BertError
+    into its one `error:` line and exit status 1 (test_training's
+    test_cli_runs_and_reports_bad_flags_in_one_line runs the entry point)."""
+    from bert_tf.convert.handoff import hand_off
+    from bert_tf.pretraining import pretraining
+    from bert_tf.pretraining.options import PretrainingOptions
+    from bert_tf.pretraining.preflight import RunLog
+    from bert_tf.pretraining.preflight_run import check_run
     config = tmp_path / "bert_config.json"
     tiny_bert_config().to_json_file(str(config))
     write_pretraining_records(tmp_path / "train.tfrecord", 4)
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", GCE_METADATA_HOST=f"127.0.0.1:{_closed_port()}")
-    res = subprocess.run(
-        [sys.executable, os.path.join(REPO, "run_pretraining.py"), f"--bert_config_file={config}",
-         f"--input_file={tmp_path / 'train.tfrecord'}", f"--output_dir={tmp_path / 'out'}",
-         "--max_seq_length=32", "--max_predictions_per_seq=5",  # the records' (pre-flight)
-         "--do_train", "--use_tpu=True", "--tpu_name=my-tpu", "--tpu_zone=us-central1-b"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
-    assert res.returncode == 1, res.stderr[-3000:]
-    assert "Traceback" not in res.stderr
-    lines = res.stderr.splitlines()
-    assert [ln for ln in lines if ln.startswith("error:")] == [lines[-1]] == [f"error: {REFUSED}"]
+    monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{_closed_port()}")
+    options = PretrainingOptions(
+        bert_config_file=str(config), input_file=str(tmp_path / "train.tfrecord"),
+        output_dir=str(tmp_path / "out"), max_seq_length=32,
+        max_predictions_per_seq=5,  # the records' (pre-flight)
+        do_train=True, use_tpu=True, tpu_name="my-tpu", tpu_zone="us-central1-b")
+    capfd.readouterr()
+    with pytest.raises(BertError) as e:
+        run_log = RunLog()
+        check_run(options, run_log)
+        options, source = hand_off(options)
+        pretraining.run_pretraining(options, init_source=source, run_log=run_log)
+    assert f"error: {e.value}" == f"error: {REFUSED}"
+    assert "Traceback" not in capfd.readouterr().err
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
     assert not (tmp_path / "out").exists()
 
 
