@@ -56,10 +56,10 @@ def src(tmp_path_factory):
     options = PretrainingOptions(init_checkpoint=str(st), vocab_file=f"{hf_dir}/vocab.txt",
                                  do_lower_case=True, max_seq_length=ST_SEQ, model_name="bert")
     export_pretrained(pretrainer, str(run / "export"), options)
-    # bert_tf's own encoder export (TF Hub-style, vocab asset and do_lower_case inside).
-    encoder_export = str(base / "bert_encoder" / "1")
-    bert_tf.exporter("encoder")(bert_tf.from_pretrained(hf_dir), encoder_export,
-                                vocab_file=f"{hf_dir}/vocab.txt", do_lower_case=True)
+    # bert_tf's own encoder export (TF Hub-style, vocab asset and do_lower_case inside): the
+    # one run_pretraining wrote (with its mlm; one without: test_untrusted_sources' clean_ours).
+    encoder_export = str(run / "export" / "bert_encoder" / "1")
+    assert os.path.exists(os.path.join(encoder_export, "assets", "vocab.txt"))
     emb = bert_tf.from_pretrained(str(st), task="embeddings", text_input=True)
     return dict(base=base, hf=hf_dir, st=str(st), run=str(run), encoder=encoder_export,
                 emb=emb, want=emb.predict(TEXTS, verbose=0))
