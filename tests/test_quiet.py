@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from bert_tf.commands import quiet
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -100,11 +102,15 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_quiet_by_default_and_verbose_on_request(tmp_path):
+def _run_script(tmp_path, *flags, **extra):
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    run = lambda *flags, **extra: subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", _SCRIPT, str(tmp_path / f"m{len(flags)}{len(extra)}"), *flags],
         capture_output=True, text=True, env=dict(env, PYTHONPATH=ROOT, **extra), timeout=300)
+
+
+def test_quiet_by_default_and_verbose_on_request(tmp_path):
+    run = lambda *flags, **extra: _run_script(tmp_path, *flags, **extra)  # noqa: E731
     proc = run()
     assert proc.returncode == 1
     assert proc.stdout == "xla 3.0\n"
@@ -121,6 +127,12 @@ def test_quiet_by_default_and_verbose_on_request(tmp_path):
     assert any("Writing fingerprint" in line for line in noisy(proc.stderr))
     assert re.search(r"^I\d{4} .*\] step 10/20 loss=7.6969", proc.stderr, re.M)
     assert re.search(r"^W\d{4} .*\] a real warning$", proc.stderr, re.M)
-    proc = run("--showprefixforinfo")
+
+
+# slow: test_quiet_by_default_and_verbose_on_request (verbose output keeps the prefix) with
+# test_verbose_requests (--showprefixforinfo requests verbose output)
+@pytest.mark.slow
+def test_showprefixforinfo_brings_the_prefix_back(tmp_path):
+    proc = _run_script(tmp_path, "--showprefixforinfo")
     assert re.search(r"^I\d{4} .*\] step 10/20 loss=7.6969", proc.stderr, re.M)
     assert re.search(r"^W\d{4} .*\] a real warning$", proc.stderr, re.M)
