@@ -1,4 +1,5 @@
 """Every console command's `--help` states its flags' real defaults (docstring usage lines too)."""
+import functools
 import json
 import os
 import re
@@ -32,6 +33,7 @@ _PROBE = textwrap.dedent("""
 """)
 
 
+@functools.lru_cache(maxsize=None)  # bert-demo's is read by two tests: probed once
 def _help(name, module):
     code = _PROBE.format(module=module)
     proc = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True,
