@@ -105,10 +105,10 @@ SLOW = {
     # slow: tests/test_export.py::test_keras_classifier_on_loaded_preprocessor_and_encoder_trains
     # (the same load_as_keras_layer pair, trainable encoder, Dense head on keras.Input; trained)
     ("export/README.md", "import keras\nfrom bert_tf.export import load_as_keras_layer"),
-    # slow: tests/test_export_serving.py::test_export_script_from_original_tf1_checkpoint (the
-    # same command from an original release's TF1 checkpoint into <export_base>/<model_name>/1;
-    # the fill_mask export itself: the world's, export_for_serving, which the layout and REST
-    # body tests read)
+    # slow: tests/test_export_serving.py::test_export_script_from_original_tf1_checkpoint (this
+    # command's run() on an original release's TF1 checkpoint into <export_base>/<model_name>/1;
+    # the script as a process: test_export_script_errors_are_one_line there; the fill_mask
+    # export itself: the world's, export_for_serving, which the layout and REST body tests read)
     ("export/README.md", "bert-export-savedmodel --bert_config_file"),
     # slow: tests/test_serve_path.py::test_fit_export_serve_in_a_process_without_bert_tf (its
     # fixture: from_pretrained of a Hugging Face directory, task="classification", text_input,
