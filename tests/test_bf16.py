@@ -1,6 +1,6 @@
 """bfloat16 (issue 43 B): `--mixed_precision=auto`'s rule with faked hardware facts, and, with
 bf16 forced on whatever the CPU, a plain and a packed pre-training run (the packed one under
-XLA) that learns, evaluates, resumes to the uninterrupted run's weights and exports float32
+XLA; slow) that learns, evaluates, resumes to the uninterrupted run's weights and exports float32
 outputs within the documented tolerance of the float32 model's (same weights).
 
 Every test leaves the global Keras dtype policy as it found it (autouse fixture)."""
@@ -206,7 +206,11 @@ def _weights(model):
     return [np.array(w) for w in model.get_weights()]
 
 
-@pytest.mark.parametrize("kind, jit", [("plain", False), ("packed", True)])
+@pytest.mark.parametrize("kind, jit", [
+    ("plain", False),
+    # (packed training, resume and export: test_two_phase; packed XLA: test_packed_training)
+    # slow: test_bf16_pretraining_trains_evaluates_resumes_and_exports[plain-False]
+    pytest.param("packed", True, marks=pytest.mark.slow)])
 def test_bf16_pretraining_trains_evaluates_resumes_and_exports(data, tmp_path, kind, jit):
     steps, config = 30, tiny_bert_config(num_hidden_layers=1)
     pattern, packed = data[kind], kind == "packed"
@@ -283,6 +287,10 @@ def _check_export(export_dir, trained, config):
 
 # ---- fine-tuning (run_classifier's task): trains in bf16, exports float32 text-in outputs ---
 
+# Its parts stay in the default suite: a fine-tuning step trained in bf16 (test_xla's ner),
+# bf16 fine-tuning predictions (test_tasks_learn), a bf16 export's float32 outputs (above).
+# slow: test_xla.py::test_bfloat16_xla_step_runs[ner]
+@pytest.mark.slow
 def test_bf16_classifier_trains_and_exports_float32(tmp_path):
     from bert_tf.tasks import classifier, finetune
     from bert_tf.tokenization import FullTokenizer
