@@ -293,7 +293,7 @@ def test_two_replicas_match_one_device_on_packed_batches(data, tmp_path, referen
 
 # Slow (~65 s on 2 idle cores): the default suite covers its parts elsewhere: SIGTERM and the
 # same command resuming exactly (test_preemption), packed records training, resuming to equal
-# numbers and exporting (test_two_phase's packed phase, test_bf16's packed run).
+# numbers and exporting (test_two_phase's packed phase).
 @pytest.mark.slow
 def test_packed_run_learns_resumes_after_sigterm_and_exports(data):
     from bert_tf.training.preemption import PREEMPTED_EXIT_CODE
