@@ -113,3 +113,26 @@ def test_a_bad_record_is_the_tasks_one_line_error():
     with pytest.raises(BertError) as e:
         evaluation.run_eval(None, batches, PretrainingTask(None, PretrainingOptions()), 1, "empty")
     assert str(e.value) == "--input_file a.tfrecord: record 3: bad"
+
+
+def test_a_bad_record_in_a_training_loop_is_the_tasks_one_line_error():
+    """The training loop's side of the hook above: `Trainer._run_loop` raises the task's
+    `explain_data_error`, else the OpError unchanged."""
+    import types
+    from bert_tf.pretraining.options import PretrainingOptions
+    from bert_tf.pretraining.pretraining import PretrainingTask
+    from bert_tf.training.task import Task
+    from bert_tf.training.trainer import Trainer
+    err = tf.errors.InvalidArgumentError(
+        None, None, "assertion failed: [--input_file a.tfrecord: record 3: bad] [Op:Assert]")
+
+    def loop(iterator, steps):
+        raise err
+    stub = types.SimpleNamespace(_loop=loop, step=0, task=Task(), strategy=types.SimpleNamespace(
+        extended=types.SimpleNamespace(_num_workers=1)))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        Trainer._run_loop(stub, None, 1)
+    stub.task = PretrainingTask(None, PretrainingOptions())
+    with pytest.raises(BertError) as e:
+        Trainer._run_loop(stub, None, 1)
+    assert str(e.value) == "--input_file a.tfrecord: record 3: bad"
