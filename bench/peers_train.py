@@ -17,6 +17,16 @@ global-norm clipping at 1.0, dropout 0.1) and expose `run(calls) -> (wall, CPU) 
                 Model Garden is tf_keras-based, so it runs in a child process
                 (`python bench/peers_train.py model_garden ...`) that answers "run N" on stdin
                 with seconds on stdout; tf.keras in this process stays Keras 3.
+
+For bench/time_to_quality.py the child also takes the run's hyperparameters (--seq, --preds,
+--lr, --train_steps, --warmup; dropout from the config, the NSP head's too), writes its initial
+weights before the first step (--init_out, a `Checkpoint(model=BertPretrainerV2)` that
+bert_tf's --init_checkpoint reads) and answers "steps N" (N steps in one loop call) and
+"eval PATTERN" (MaskedLMTask.validation_step's masked-LM accuracy over the unpacked records,
+batches of --eval_batch, the last partial batch dropped as bert_tf's eval does) and "save
+PREFIX" (the current weights, for a parity check of the two evaluations). Its
+learning rate is bert_tf's formula (lr * t / W during warm-up, then lr * (1 - t / T)): Model
+Garden's own warm-ups ramp to the decay's value at W, lr * (1 - W / T), not to lr.
 """
 import argparse
 import json
@@ -117,10 +127,10 @@ class KerasHubFit:
 class ModelGarden:
     """Parent side: starts the child, `run(calls)` -> the child's seconds; `close()`."""
 
-    def __init__(self, config_file, files, batch, iterations, jit=False, seed=1):
+    def __init__(self, config_file, files, batch, iterations, jit=False, seed=1, extra=()):
         cmd = [sys.executable, os.path.abspath(__file__), "model_garden", "--config", config_file,
                "--files", files, "--batch", str(batch), "--iterations", str(iterations),
-               "--seed", str(seed)] + (["--jit"] if jit else [])
+               "--seed", str(seed)] + (["--jit"] if jit else []) + list(extra)
         env = dict(os.environ)
         env.pop("TF_USE_LEGACY_KERAS", None)  # tf_keras is imported explicitly
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -134,10 +144,14 @@ class ModelGarden:
                 return json.loads(line[len(_TAG):])
         raise RuntimeError(f"Model Garden child exited ({self.proc.wait()}); see stderr above")
 
-    def run(self, calls):
-        self.proc.stdin.write(f"{calls}\n")
+    def ask(self, line):
+        """Send one command line; the child's reply (a dict)."""
+        self.proc.stdin.write(f"{line}\n")
         self.proc.stdin.flush()
-        reply = self._reply()
+        return self._reply()
+
+    def run(self, calls):
+        reply = self.ask(calls)
         return (reply["seconds"], reply["cpu_seconds"])
 
     def close(self):
@@ -169,31 +183,45 @@ def _model_garden_child(args):
         output_dropout=c["hidden_dropout_prob"],
         attention_dropout=c["attention_probs_dropout_prob"],
         initializer=tf_keras.initializers.TruncatedNormal(stddev=c["initializer_range"]))
-    # MaskedLMTask's default NSP head (inner_dim = hidden, tanh, dropout 0.1).
-    head = layers.ClassificationHead(inner_dim=c["hidden_size"], num_classes=2,
-                                     dropout_rate=0.1, name="next_sentence")
+    # MaskedLMTask's default NSP head (inner_dim = hidden, tanh), the config's dropout.
+    cls_head = dict(inner_dim=c["hidden_size"], num_classes=2,
+                    dropout_rate=c["hidden_dropout_prob"], name="next_sentence")
     model = models.BertPretrainerV2(
-        encoder_network=encoder, classification_heads=[head],
+        encoder_network=encoder, classification_heads=[layers.ClassificationHead(**cls_head)],
         mlm_activation=tf_utils.get_activation(c["hidden_act"]),
         mlm_initializer=tf_keras.initializers.TruncatedNormal(stddev=c["initializer_range"]))
-    data_cfg = pretrain_dataloader.BertPretrainDataConfig(
-        input_path=args.files, global_batch_size=args.batch, is_training=True, seq_length=SEQ,
-        max_predictions_per_seq=PRED, seed=args.seed)
+    if args.init_out:  # the initial weights, before any step, for the other arms to start from
+        ids = tf.ones((1, 4), tf.int32)
+        model(dict(input_word_ids=ids, input_mask=ids, input_type_ids=tf.zeros_like(ids),
+                   masked_lm_positions=tf.zeros((1, 1), tf.int32)))
+        tf.train.Checkpoint(model=model).write(args.init_out)
+
+    def data_config(pattern, training):
+        return pretrain_dataloader.BertPretrainDataConfig(
+            input_path=pattern, global_batch_size=args.batch if training else args.eval_batch,
+            is_training=training, seq_length=args.seq, max_predictions_per_seq=args.preds,
+            seed=args.seed, shuffle_buffer_size=1000, drop_remainder=True)
+
+    data_cfg = data_config(args.files, True)
     task = masked_lm.MaskedLMTask(masked_lm.MaskedLMConfig(
         train_data=data_cfg,
-        model=bert_cfg.PretrainerConfig(cls_heads=[bert_cfg.ClsHeadConfig(
-            inner_dim=c["hidden_size"], num_classes=2, dropout_rate=0.1,
-            name="next_sentence")])))
+        model=bert_cfg.PretrainerConfig(cls_heads=[bert_cfg.ClsHeadConfig(**cls_head)])))
     metrics = task.build_metrics()
+
+    class WarmupLinear(tf_keras.optimizers.schedules.LearningRateSchedule):
+        """bert_tf's WarmupLinearDecay (see the module docstring)."""
+
+        def __call__(self, step):
+            t = tf.cast(step, tf.float32)
+            decay = args.lr * (1.0 - tf.minimum(t, args.train_steps) / args.train_steps)
+            return tf.where(t < args.warmup, args.lr * t / max(args.warmup, 1), decay)
+
     opt_cfg = optimization.OptimizationConfig({
         "optimizer": {"type": "adamw", "adamw": {
             "weight_decay_rate": 0.01, "epsilon": 1e-6, "global_clipnorm": 1.0,
             "exclude_from_weight_decay": ["LayerNorm", "layer_norm", "bias"]}},
-        "learning_rate": {"type": "polynomial", "polynomial": {
-            "initial_learning_rate": 1e-4, "decay_steps": 10**6, "end_learning_rate": 0.0}},
-        "warmup": {"type": "polynomial", "polynomial": {"warmup_steps": 100}}})
-    factory = optimization.OptimizerFactory(opt_cfg)
-    optimizer = factory.build_optimizer(factory.build_learning_rate())
+        "learning_rate": {"type": "constant"}})  # replaced by WarmupLinear
+    optimizer = optimization.OptimizerFactory(opt_cfg).build_optimizer(WarmupLinear())
     strategy = tf.distribute.get_strategy()
     iterator = iter(pretrain_dataloader.BertPretrainDataLoader(data_cfg).load())
     train_loss = tf_keras.metrics.Mean("training_loss")
@@ -209,20 +237,38 @@ def _model_garden_child(args):
 
     loop = tf.function(create_tf_while_loop_fn(step_fn))
 
-    def run(calls):
+    def run(calls, steps=args.iterations):
         start = clock()
         for _ in range(calls):
-            loop(iterator, tf.constant(args.iterations, tf.int32))
+            loop(iterator, tf.constant(steps, tf.int32))
             loss = float(train_loss.result())  # the trainer's train_loop_end
         assert np.isfinite(loss)
-        return since(start)
+        return since(start) + (loss,)
 
-    run(1)  # trace + warm up
+    eval_metrics = task.build_metrics()
+    eval_step = tf.function(lambda inputs: task.validation_step(inputs, model, eval_metrics))
+
+    def evaluate(pattern):
+        for m in eval_metrics:
+            m.reset_states()
+        for batch in pretrain_dataloader.BertPretrainDataLoader(
+                data_config(pattern, False)).load():
+            eval_step(batch)
+        return {m.name: float(m.result()) for m in eval_metrics}
+
+    run(1)  # trace + warm up (its steps train)
     print(_TAG + json.dumps({"params": model.count_params()}), flush=True)
     for line in sys.stdin:
-        if line.strip():
-            wall, cpu = run(int(line))
-            print(_TAG + json.dumps({"seconds": wall, "cpu_seconds": cpu}), flush=True)
+        cmd, _, rest = line.strip().partition(" ")
+        if cmd == "eval":
+            print(_TAG + json.dumps(evaluate(rest)), flush=True)
+        elif cmd == "save":  # the trained weights, for the eval parity check
+            print(_TAG + json.dumps({"path": tf.train.Checkpoint(model=model).write(rest)}),
+                  flush=True)
+        elif cmd:
+            wall, cpu, loss = run(1, int(rest)) if cmd == "steps" else run(int(cmd))
+            print(_TAG + json.dumps({"seconds": wall, "cpu_seconds": cpu, "loss": loss}),
+                  flush=True)
 
 
 if __name__ == "__main__":
@@ -234,4 +280,11 @@ if __name__ == "__main__":
     ap.add_argument("--iterations", type=int, required=True)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jit", action="store_true")
+    ap.add_argument("--seq", type=int, default=SEQ)
+    ap.add_argument("--preds", type=int, default=PRED, help="max_predictions_per_seq")
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--train_steps", type=int, default=10**6, help="steps of the lr decay")
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--eval_batch", type=int, default=64)
+    ap.add_argument("--init_out", help="write the initial weights to this checkpoint prefix")
     _model_garden_child(ap.parse_args())
