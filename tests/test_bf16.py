@@ -287,10 +287,7 @@ def _check_export(export_dir, trained, config):
 
 # ---- fine-tuning (run_classifier's task): trains in bf16, exports float32 text-in outputs ---
 
-# Its parts stay in the default suite: a fine-tuning step trained in bf16 (test_xla's ner),
-# bf16 fine-tuning predictions (test_tasks_learn), a bf16 export's float32 outputs (above).
-# slow: test_xla.py::test_bfloat16_xla_step_runs[ner]
-@pytest.mark.slow
+# The one default test of a fine-tuned model trained in bf16 and exported float32.
 def test_bf16_classifier_trains_and_exports_float32(tmp_path):
     from bert_tf.tasks import classifier, finetune
     from bert_tf.tokenization import FullTokenizer

@@ -7,10 +7,8 @@ for what the blocks name: an original release `uncased_L-12_H-768_A-12/` (= `$BE
 blocks load, and the top-level scripts, so `python run_pretraining.py ...` runs as printed.
 
 How a block runs is its language: `sh` (and indented blocks) with `bash -e` in the world,
-`python` as a process of its own in the world, forked from a server that has done
-`import tensorflow` and nothing else (so that import is paid once; `import bert_tf` is still
-all a block gets: it has only the names it imports, and neither bert_tf nor tensorflow_text,
-whose import registers the tokenizer ops, is loaded before it imports them), `yaml` parsed.
+`python` as a fresh `python -` process in the world (so `import bert_tf` is all a block gets),
+`yaml` parsed.
 New blocks are picked up by themselves. A block that cannot run here goes in SKIP with the
 reason (PEERS: needs `make peers`; SLOW: long; CHECKS: what to assert after it), named by its
 doc and a piece of its first line (where first lines repeat, a piece from the first line on,
@@ -28,9 +26,7 @@ The shipped guides are read by pip users without a checkout: none names a checko
 import json
 import os
 import re
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -85,8 +81,8 @@ SLOW = {
     ("README.md", "bert-pack-pretraining-data"),  # packs the block above's records: ~25 s
     # two phases in one command, ~30 s; tests/test_two_phase.py runs the same recipe
     ("docs/long_runs.md", "bert-run-pretraining --bert_config_file=uncased_L-12_H-768_A-12/"),
-    # slow: README.md:130 (the same Hugging Face text classifier, fit) and
-    # tests/test_docs.py::test_api_examples_run (API.md block 5: from_pretrained of a release
+    # slow: tests/test_serve_path.py::test_fit_export_serve_in_a_process_without_bert_tf (the
+    # same Hugging Face text classifier, fit) and tests/test_docs.py::test_api_examples_run (API.md block 5: from_pretrained of a release
     # directory, a text classifier's fit / predict / save .keras)
     ("docs/models.md", "import bert_tf"),
     # slow: tests/test_demo.py::test_demo_end_to_end (step 5, bert_tf/demo_predict.py: the same
@@ -394,81 +390,7 @@ NOISE = re.compile(r"^[IWE]\d{4} |^\d{4}-\d\d-\d\d |^Function `|^Sharding callba
                    r"fingerprint|^Assets written|^WARNING: All log messages")
 
 
-# The python blocks' server: TensorFlow imported once (only it: a block imports bert_tf and
-# tensorflow_text itself); each block runs in a child forked from it, as `python -` would run
-# it (its own process and globals, __main__, argv ["-"], stdin empty), output to two files.
-# Protocol, one JSON line per block in: {"code", "stdout", "stderr"}; out: the child's pid,
-# then its exit code.
-_SERVER = r"""
-import json, os, sys, traceback
-import tensorflow  # noqa: F401
-assert not {"bert_tf", "tensorflow_text"} & set(sys.modules), sorted(sys.modules)
-
-
-def child(job):
-    sys.stdin = open(os.devnull)
-    os.dup2(sys.stdin.fileno(), 0)
-    for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
-    sys.argv = ["-"]
-    main = type(sys)("__main__")
-    sys.modules["__main__"] = main
-    exec(compile(job["code"], "<stdin>", "exec"), main.__dict__)
-
-
-for line in sys.stdin:
-    job = json.loads(line)
-    sys.stdout.flush()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            child(job)
-        except SystemExit:
-            raise
-        except BaseException:
-            traceback.print_exc()
-            sys.exit(1)
-        sys.exit(0)  # as the interpreter ends: atexit handlers run, streams are flushed
-    print(pid, flush=True)
-    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
-"""
-
-
-@pytest.fixture(scope="module")
-def block_server(world, tmp_path_factory):
-    """Runs a python block as `python -` in the world would: (stdin text, timeout) ->
-    CompletedProcess-like (returncode, stdout, stderr), or raises subprocess.TimeoutExpired."""
-    outs = tmp_path_factory.mktemp("block_output")
-    server = subprocess.Popen([sys.executable, "-c", _SERVER], cwd=world, env=_env(world),
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def line(timeout):
-        ready, _, _ = select.select([server.stdout], [], [], timeout)
-        text = server.stdout.readline() if ready else None
-        if text == "":
-            raise RuntimeError(f"the python block server exited ({server.wait()})")
-        return text
-
-    def run(code, timeout):
-        files = {k: str(outs / f"{k}.txt") for k in ("stdout", "stderr")}
-        server.stdin.write(json.dumps(dict(files, code=code)) + "\n")
-        server.stdin.flush()
-        pid = int(line(300))  # the server's own start (the TF import) comes first
-        rc = line(timeout)
-        if rc is None:
-            os.kill(pid, signal.SIGKILL)
-            line(60)
-            raise subprocess.TimeoutExpired("python -", timeout)
-        out = {k: open(path, encoding="utf-8", errors="replace").read()
-               for k, path in files.items()}
-        return subprocess.CompletedProcess(["python", "-"], int(rc), **out)
-
-    yield run
-    server.stdin.close()
-    server.wait(timeout=60)
-
-
-def _run(block, argv, world, stdin, timeout, server=None):
+def _run(block, argv, world, stdin, timeout):
     reach = OUTSIDE.search(re.sub(r"(^|\s)#.*", "", block.text))  # comments may mention them
     if reach:
         pytest.fail(f"{block.doc}: block {block.first!r} (line {block.lineno}) uses "
@@ -476,11 +398,8 @@ def _run(block, argv, world, stdin, timeout, server=None):
                     "with the reason", pytrace=False)
     started = time.time()
     try:
-        if server is not None:
-            proc = server(stdin, timeout)
-        else:
-            proc = subprocess.run(argv, input=stdin, cwd=world, env=_env(world),
-                                  capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(argv, input=stdin, cwd=world, env=_env(world), capture_output=True,
+                              text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{block.doc}: block {block.first!r} (line {block.lineno}) ran over "
                     f"{timeout} s", pytrace=False)
@@ -612,8 +531,8 @@ def test_shell_block(block, world):
 
 
 @pytest.mark.parametrize("block", _params(("python",)))
-def test_python_block(block, world, block_server):
-    _run(block, [sys.executable, "-"], world, block.text, timeout=300, server=block_server)
+def test_python_block(block, world):
+    _run(block, [sys.executable, "-"], world, block.text, timeout=300)
     _check(block, world)
 
 

@@ -131,8 +131,9 @@ def test_export_script_from_original_tf1_checkpoint(tmp_path):
         build_model(BertPretrainer(BertEncoder.from_bert_config(cfg))),
         str(tmp_path / "bert_model.ckpt"))
     assert checkpoints.is_tf1_checkpoint(prefix)
-    # The script's run() in this process (the script as a process, and the `exported <path>`
-    # line: test_export_script_errors_are_one_line, test_serve_path's keras-file export)
+    # The script's run() in this process (the script as a process:
+    # test_export_script_errors_are_one_line; its `exported <path>` line: test_serve_path's
+    # keras-file export)
     from test_untrusted_sources import _export_savedmodel
     version = tmp_path / "export" / "bert" / "1"
     assert _export_savedmodel([f"--bert_config_file={tmp_path / 'bert_config.json'}",
@@ -161,7 +162,7 @@ def test_export_script_errors_are_one_line(tmp_path):
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
     proc = _script([f"--bert_config_file={tmp_path / 'missing.json'}",
                     f"--vocab_file={tmp_path / 'vocab.txt'}", f"--export_dir={tmp_path / 'out'}"])
-    assert proc.returncode != 0
+    assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
         f"error: {tmp_path / 'missing.json'}: bert_config file not found")
     assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()

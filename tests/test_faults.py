@@ -336,15 +336,12 @@ def test_unreachable_tpu_is_one_line(monkeypatch):
 
 
 def test_unreachable_tpu_through_run_pretraining(tmp_path, monkeypatch, caplog, capfd):
-    """In process: the command's path after its flags (bert_tf.commands.run_pretraining's
-    app_main: the pre-flight, the hand-off, run_pretraining). The command turns the BertError
-    into its one `error:` line and exit status 1 (test_training's
+    """In process: the command's own app_main after its flags (the pre-flight, the hand-off,
+    run_pretraining), its options given instead of parsed; sys.exit("error: ...") is the
+    command's one line and exit status 1 (test_training's
     test_cli_runs_and_reports_bad_flags_in_one_line runs the entry point)."""
-    from bert_tf.convert.handoff import hand_off
-    from bert_tf.pretraining import pretraining
+    from bert_tf.commands import run_pretraining as command
     from bert_tf.pretraining.options import PretrainingOptions
-    from bert_tf.pretraining.preflight import RunLog
-    from bert_tf.pretraining.preflight_run import check_run
     config = tmp_path / "bert_config.json"
     tiny_bert_config().to_json_file(str(config))
     write_pretraining_records(tmp_path / "train.tfrecord", 4)
@@ -355,12 +352,10 @@ def test_unreachable_tpu_through_run_pretraining(tmp_path, monkeypatch, caplog, 
         max_predictions_per_seq=5,  # the records' (pre-flight)
         do_train=True, use_tpu=True, tpu_name="my-tpu", tpu_zone="us-central1-b")
     capfd.readouterr()
-    with pytest.raises(BertError) as e:
-        run_log = RunLog()
-        check_run(options, run_log)
-        options, source = hand_off(options)
-        pretraining.run_pretraining(options, init_source=source, run_log=run_log)
-    assert f"error: {e.value}" == f"error: {REFUSED}"
+    monkeypatch.setattr(command.script_flags, "options_from_flags", lambda cls: options)
+    with pytest.raises(SystemExit) as e:
+        command.app_main([])
+    assert e.value.code == f"error: {REFUSED}"
     assert "Traceback" not in capfd.readouterr().err
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
     assert not (tmp_path / "out").exists()

@@ -83,7 +83,8 @@ def test_export_savedmodel_embeddings_serve_what_from_pretrained_gives(src, tmp_
     want = src["want"]  # masked mean, L2-normalised (sentence-transformers' vectors)
     np.testing.assert_allclose(np.linalg.norm(want[:3], axis=1), 1.0, atol=1e-6)
     out = str(tmp_path / "emb")
-    # In this process (the command's process boundary: test_a_command_reads_init_checkpoint_once)
+    # In this process (the command as a process: test_serve_path's keras-file export and
+    # test_export_serving's errors test)
     assert _export_savedmodel([f"--init_checkpoint={src['st']}", "--task=embeddings",
                                f"--export_dir={out}"]) == out
     served = tf.saved_model.load(out).signatures["serving_default"](text=tf.constant(TEXTS))

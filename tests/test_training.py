@@ -199,7 +199,7 @@ def test_strategies_in_one_process_use_distinct_collective_keys():
 
 
 # Slow (~30 s): the default suite resumes to the uninterrupted run's numbers in test_preemption
-# (the same command after SIGTERM/SIGKILL), test_two_phase and test_bf16.
+# (the multi-worker SIGTERM run), test_two_phase and test_bf16.
 @pytest.mark.slow
 def test_resume_continues_with_identical_losses(tmp_path, records):
     pattern, _ = records

@@ -1,7 +1,6 @@
 """TPU readiness without a TPU: for pre-training and each fine-tuning task the whole replica
 step compiles with XLA (jit_compile=True) and runs, matching the uncompiled step; every training
-dataset has fully static shapes; bfloat16 runs. Tiny configs, two steps each. (Pre-training's
-compiled step is slow here; test_packed_training compiles it on packed batches.) On a GPU (device
+dataset has fully static shapes; bfloat16 runs. Tiny configs, two steps each. On a GPU (device
 tool) the same tests run there."""
 import numpy as np
 import pytest
@@ -127,8 +126,7 @@ def restore_policy():
 
 
 @pytest.mark.parametrize("name", [
-    # slow: test_packed_training.py::test_xla_compiled_step_on_packed_batches
-    pytest.param("pretraining", marks=pytest.mark.slow), "classifier", "squad", "ner"])
+    "pretraining", "classifier", "squad", "ner"])  # unpacked pre-training: its own inputs
 def test_whole_replica_step_compiles_with_xla(name, tokenizer, pattern, tmp_path):
     plain, data = _make(name, tokenizer, pattern, tmp_path, jit=False)
     want = _two_steps(plain, data)
