@@ -23,9 +23,9 @@ from bert_tf.training.distribute import split_cpu  # noqa: E402
 TWO_CPUS = split_cpu(2)
 
 # Seconds per file (default suite, 2 cores, a fresh clone without the peers as CI has it,
-# 2026-11-29: 1,435 s wall; the 30 longest). Files run longest first, so that `make test`'s two workers (one file each at a
-# time) do not end with one long file on one worker while the other idles; within a file the
-# order is unchanged.
+# 2026-11-29: 1,435 s wall; the 30 longest). Files run longest first, so that `make test`'s
+# two workers (one file each at a time) do not end with one long file on one worker while the
+# other idles; within a file the order is unchanged.
 FILE_SECONDS = {
     "test_serve_path.py": 176, "test_doc_blocks.py": 173, "test_training.py": 167,
     "test_export.py": 164, "test_preemption.py": 143, "test_real_length_training.py": 125,
@@ -188,6 +188,22 @@ def run_pretraining_cases(cases, cwd, split_cpus=False):
                          env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout.strip().splitlines()[-1]), res.stdout
+
+
+def run_export_savedmodel(argv):
+    """bert-export-savedmodel's run() in this process (its absl flags defined once, reset
+    before and after): the export a test needs without a TensorFlow start-up of its own.
+    Returns run()'s result (the export folder)."""
+    from absl import flags
+    from bert_tf.commands import export_savedmodel
+    if "kind" not in flags.FLAGS:
+        export_savedmodel.define_flags()
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["bert-export-savedmodel", *argv])
+    try:
+        return export_savedmodel.run()
+    finally:
+        flags.FLAGS.unparse_flags()
 
 
 def original_pack(a, b, seq_length, cls=101, sep=102):

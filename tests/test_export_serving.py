@@ -134,13 +134,13 @@ def test_export_script_from_original_tf1_checkpoint(tmp_path):
     # The script's run() in this process (the script as a process:
     # test_export_script_errors_are_one_line; its `exported <path>` line: test_serve_path's
     # keras-file export)
-    from test_untrusted_sources import _export_savedmodel
+    from conftest import run_export_savedmodel
     version = tmp_path / "export" / "bert" / "1"
-    assert _export_savedmodel([f"--bert_config_file={tmp_path / 'bert_config.json'}",
-                               f"--vocab_file={tmp_path / 'vocab.txt'}",
-                               f"--init_checkpoint={prefix}", "--task=embeddings",
-                               f"--export_base={tmp_path / 'export'}", "--model_name=bert",
-                               "--seq_length=12"]) == str(version)
+    assert run_export_savedmodel([f"--bert_config_file={tmp_path / 'bert_config.json'}",
+                                  f"--vocab_file={tmp_path / 'vocab.txt'}",
+                                  f"--init_checkpoint={prefix}", "--task=embeddings",
+                                  f"--export_base={tmp_path / 'export'}", "--model_name=bert",
+                                  "--seq_length=12"]) == str(version)
     assert (version / "assets.extra" / "tf_serving_warmup_requests").exists()
     # the export computes what the TF1 checkpoint's encoder computes
     enc = BertEncoder.from_bert_config(cfg)

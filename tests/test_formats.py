@@ -21,7 +21,7 @@ from bert_tf import BertError
 from bert_tf.convert import formats
 from bert_tf.convert.__main__ import convert
 from test_convert_encoder_only import write_bert_model_dir
-from test_untrusted_sources import _export_savedmodel
+from conftest import run_export_savedmodel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = ["the movie was good", "a dull film", "really not awful , good", ""]
@@ -85,8 +85,8 @@ def test_export_savedmodel_embeddings_serve_what_from_pretrained_gives(src, tmp_
     out = str(tmp_path / "emb")
     # In this process (the command as a process: test_serve_path's keras-file export and
     # test_export_serving's errors test)
-    assert _export_savedmodel([f"--init_checkpoint={src['st']}", "--task=embeddings",
-                               f"--export_dir={out}"]) == out
+    assert run_export_savedmodel([f"--init_checkpoint={src['st']}", "--task=embeddings",
+                                  f"--export_dir={out}"]) == out
     served = tf.saved_model.load(out).signatures["serving_default"](text=tf.constant(TEXTS))
     np.testing.assert_allclose(served["embedding"].numpy(), want, atol=1e-5)
     meta = json.load(open(f"{out}/assets.extra/bert_tf_export.json"))
@@ -229,7 +229,7 @@ def test_a_command_reads_init_checkpoint_once(src, tmp_path, command, monkeypatc
             return dataclasses.replace(fmt, read=read)
         monkeypatch.setattr(formats, "FORMATS", tuple(counted(f) for f in formats.FORMATS))
         if command == "export_savedmodel":
-            assert _export_savedmodel([f"--init_checkpoint={init}", *args]) == out
+            assert run_export_savedmodel([f"--init_checkpoint={init}", *args]) == out
         else:
             from bert_tf.tasks import cli, features
             cli.with_handoff(features.run)(features.FeatureConfig(

@@ -13,7 +13,7 @@ from bert_tf import BertError
 from bert_tf.convert.tf1 import save_tf1_checkpoint
 from bert_tf.modeling import models as bm
 from bert_tf.modeling.config import BertConfig
-from test_untrusted_sources import _export_savedmodel
+from conftest import run_export_savedmodel
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film", "the", "was"]
 TEXTS = ["the film was good", "bad film", "the the bad", "good good good"]
@@ -61,9 +61,9 @@ def test_labels_from_pretrained_through_a_keras_file_to_the_served_model(release
     # bert-export-savedmodel's run() in this process (the script as a process:
     # test_serve_path.py::test_export_savedmodel_takes_a_keras_file)
     version = tmp_path / "serve" / "clf" / "1"
-    assert _export_savedmodel([f"--init_checkpoint={path}",
-                               f"--export_base={tmp_path / 'serve'}",
-                               "--model_name=clf"]) == str(version)
+    assert run_export_savedmodel([f"--init_checkpoint={path}",
+                                  f"--export_base={tmp_path / 'serve'}",
+                                  "--model_name=clf"]) == str(version)
     labels, served = _served_labels(version)
     np.testing.assert_allclose(served, logits, atol=1e-5)
     assert labels == [["neg", "pos"][i] for i in logits.argmax(-1)]

@@ -197,10 +197,10 @@ def test_export_savedmodel_takes_a_keras_file(served):
     assert (meta["task"], meta["seq_length"], meta["model_name"]) == ("classification", 12, "clf")
     # The refusal in this process (the script turns a BertError into its one `error:` line and
     # exit 1: test_export_serving.py::test_export_script_errors_are_one_line)
-    from test_untrusted_sources import _export_savedmodel
+    from conftest import run_export_savedmodel
     with pytest.raises(BertError) as bad:
-        _export_savedmodel([f"--init_checkpoint={keras_file}", f"--export_dir={base / 'x'}",
-                            "--task=span"])
+        run_export_savedmodel([f"--init_checkpoint={keras_file}", f"--export_dir={base / 'x'}",
+                               "--task=span"])
     assert str(bad.value) == (
         f"--task=span: {keras_file} holds a BertClassifier (classification); leave "
         f"--task out, or use --task=embeddings")

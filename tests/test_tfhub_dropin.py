@@ -207,12 +207,12 @@ def test_export_savedmodel_command_with_mlm(env, tmp_path):
     """`bert-export-savedmodel --kind=encoder --with_mlm` from an original TF1 checkpoint:
     the checkpoint's masked-LM head answers `mlm`, the vocab and casing are assets."""
     from bert_tf.convert.tf1 import save_tf1_checkpoint
-    from test_untrusted_sources import _export_savedmodel  # run() in this process
+    from conftest import run_export_savedmodel  # run() in this process
     ckpt = save_tf1_checkpoint(env.model, str(tmp_path / "bert_model.ckpt"))
     config = str(tmp_path / "bert_config.json")
     env.model.encoder.bert_config.to_json_file(config)
     out = str(tmp_path / "enc_cli")
-    assert _export_savedmodel(
+    assert run_export_savedmodel(
         ["--kind=encoder", "--with_mlm", f"--bert_config_file={config}",
          f"--init_checkpoint={ckpt}", f"--vocab_file={env.vocab}", "--do_lower_case=False",
          f"--export_dir={out}"]) == out

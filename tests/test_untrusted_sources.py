@@ -22,6 +22,7 @@ import bert_tf
 from bert_tf import BertError
 from bert_tf.convert import formats, handoff
 from bert_tf.convert.__main__ import convert
+from conftest import run_export_savedmodel
 from test_convert_encoder_only import write_bert_model_dir
 from test_readers import _hub_names, assert_same, weights_of, write_hub_encoder
 
@@ -288,20 +289,6 @@ def test_extract_features(src, tmp_path):
         assert run(src["paths"][variant], variant) == want[variant], variant
 
 
-def _export_savedmodel(argv):
-    """bert-export-savedmodel's run() in this process (its absl flags defined once)."""
-    from absl import flags
-    from bert_tf.commands import export_savedmodel
-    if "kind" not in flags.FLAGS:
-        export_savedmodel.define_flags()
-    flags.FLAGS.unparse_flags()
-    flags.FLAGS(["bert-export-savedmodel", *argv])
-    try:
-        return export_savedmodel.run()
-    finally:
-        flags.FLAGS.unparse_flags()
-
-
 # slow: test_export_savedmodel[hub] (the command's export of a hand-off Source; the served
 # and ours Sources are read as data in test_init_checkpoint_of_training_commands[*-served/ours])
 @pytest.mark.parametrize("variant", ["alone", "hub",
@@ -312,11 +299,11 @@ def test_export_savedmodel(src, variant, tmp_path):
     argv = [f"--init_checkpoint={path}", "--kind=encoder", f"--export_dir={out}"]
     if variant == "alone":
         with pytest.raises(BertError) as e:
-            _export_savedmodel(argv)
+            run_export_savedmodel(argv)
         one_line(e, f"--init_checkpoint={path}: ", "no BERT encoder variables")
         assert not os.path.exists(out)
         return
-    _export_savedmodel(argv)
+    run_export_savedmodel(argv)
     assert_same(weights_of(bert_tf.from_pretrained(out)), src["want"])  # read as data too
 
 
