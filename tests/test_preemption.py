@@ -172,13 +172,32 @@ def setup(data):
     return setup
 
 
+# run_pretraining.py's main() without the export at the end of training (~25 s a process on
+# busy cores; these tests compare checkpoints and eval results, test_output's 300-step run and
+# test_training's CLI test run the script with its export).
+_NO_EXPORT = textwrap.dedent("""
+    import sys
+    from bert_tf.commands import run_pretraining as command
+
+    def app_main(argv, run=command.app_main):
+        from bert_tf.pretraining import pretraining_export
+        pretraining_export.export_pretrained = lambda *args, **kwargs: None
+        return run(argv)
+
+    command.app_main = app_main
+    sys.argv[0] = "run_pretraining.py"
+    command.main()
+""")
+
+
 def _start(setup, out, env=None, log_name=None, **flags):
     args = setup["args"] + [f"--output_dir={out}"]
     args += [f"--{k}={v}" for k, v in {**FLAGS, **flags}.items()]
     log_path = log_name or f"{out}.log"
     log = open(log_path, "a")
-    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "run_pretraining.py")] + args,
-                            env=dict(os.environ, CUDA_VISIBLE_DEVICES="", **(env or {})),
+    proc = subprocess.Popen([sys.executable, "-c", _NO_EXPORT] + args,
+                            env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=REPO,
+                                     **(env or {})),
                             cwd=setup["dir"], stdout=log, stderr=subprocess.STDOUT)
     log.close()
     proc.log_path = log_path
