@@ -208,25 +208,27 @@ TRAIN = [("a good film .", 1), ("great movie", 1), ("really fine plot", 1), ("ve
 PROBE = ["a good movie", "an awful film", "Great movie !"]
 
 
+def text_classifier(src):
+    """A text-in classifier from the original release directory, its new head seeded."""
+    keras.utils.set_random_seed(0)  # the new head's initialisation
+    return from_pretrained(src["orig"], task="classification", num_classes=2, text_input=True,
+                           seq_length=12)
+
+
 @pytest.fixture(scope="module")
 def text_clf(src, tmp_path_factory):
-    """A text-in classifier fine-tuned on raw strings, saved to .keras with its predictions."""
-    keras.utils.set_random_seed(0)  # the new head's initialisation
-    clf = from_pretrained(src["orig"], task="classification", num_classes=2, text_input=True,
-                          seq_length=12)
-    texts, labels = [t for t, _ in TRAIN], np.array([y for _, y in TRAIN])
-    clf.compile(optimizer=keras.optimizers.Adam(3e-3),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = clf.fit(texts, labels, batch_size=8, epochs=20, verbose=0).history["loss"]
+    """A text-in classifier (not fine-tuned: test_text_classifier_fine_tunes_on_raw_strings),
+    saved to .keras with its predictions."""
+    clf = text_classifier(src)
     logits = clf.predict(PROBE, verbose=0)
     base = tmp_path_factory.mktemp("text_clf")
     clf.save(str(base / "clf.keras"))
     np.save(base / "want.npy", logits)
-    return dict(model=clf, history=history, logits=logits, path=str(base / "clf.keras"),
+    return dict(model=clf, logits=logits, path=str(base / "clf.keras"),
                 want=str(base / "want.npy"))
 
 
-def test_text_classifier_fine_tunes_on_raw_strings(src, text_clf):
+def test_text_classifier_takes_raw_strings(src, text_clf):
     clf = text_clf["model"]
     assert type(clf) is bert_tf.pretrained.BertTextModel
     # The in-graph ids are FullTokenizer's (uncased: "GOOD" -> "good").
@@ -241,10 +243,7 @@ def test_text_classifier_fine_tunes_on_raw_strings(src, text_clf):
     pair = clf.preprocessor((tf.constant(["good film"]), tf.constant(["bad"])))
     assert pair["input_word_ids"].numpy().tolist() == [[2, 5, 12, 3, 8, 3] + [0] * 6]
     assert pair["input_type_ids"].numpy().tolist() == [[0, 0, 0, 0, 1, 1] + [0] * 6]
-    history = text_clf["history"]
-    assert history[-1] < 0.6 * history[0], history
-    logits = text_clf["logits"]
-    assert logits.shape == (3, 2) and np.argmax(logits, -1).tolist() == [1, 0, 1]
+    assert text_clf["logits"].shape == (3, 2)
     pairs = (["good film", "dull"], ["bad", "film"])
     direct = clf.model(clf.preprocessor(tuple(tf.constant(p) for p in pairs)))["logits"]
     np.testing.assert_allclose(clf.predict(pairs, verbose=0), direct.numpy(), atol=1e-6)
@@ -253,6 +252,23 @@ def test_text_classifier_fine_tunes_on_raw_strings(src, text_clf):
     out = enc(tf.constant(["a good film"]))
     assert sorted(out) == ["encoder_outputs", "pooled_output", "sequence_output"]
     assert out["sequence_output"].shape == (1, 8, 16)
+
+
+# slow: tests/test_serve_path.py::test_fit_export_serve_in_a_process_without_bert_tf (the same
+# fit of a from_pretrained text-in classifier on these raw strings, there from a Hugging Face
+# directory: the loss falls, the probes are classified [1, 0, 1]) and
+# tests/test_docs.py::test_api_examples_run (API.md: a text classifier of a release directory
+# fit on strings); the text-in model of an original release: test_text_classifier_takes_raw_strings
+@pytest.mark.slow
+def test_text_classifier_fine_tunes_on_raw_strings(src):
+    clf = text_classifier(src)
+    texts, labels = [t for t, _ in TRAIN], np.array([y for _, y in TRAIN])
+    clf.compile(optimizer=keras.optimizers.Adam(3e-3),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = clf.fit(texts, labels, batch_size=8, epochs=20, verbose=0).history["loss"]
+    assert history[-1] < 0.6 * history[0], history
+    logits = clf.predict(PROBE, verbose=0)
+    assert logits.shape == (3, 2) and np.argmax(logits, -1).tolist() == [1, 0, 1]
 
 
 def test_keras_file_loads_after_import_bert_tf(text_clf):
