@@ -41,11 +41,12 @@ def _served_labels(path, texts=TEXTS):
     return [s.decode() for s in out["label"].numpy()], out["logits"].numpy()
 
 
-def test_labels_from_pretrained_through_a_keras_file_to_the_served_model(release, tmp_path):
+def _labelled_classifier(release):
+    """A text-in classifier with labels ["neg", "pos"] and a head where both classes win on
+    some text, so names cannot match by luck: (model, its logits on TEXTS)."""
     clf = bert_tf.from_pretrained(str(release), task="classification", labels=["neg", "pos"],
                                   text_input=True, seq_length=8)
     assert clf.model.num_classes == 2 and clf.model.labels == ["neg", "pos"]
-    # A head where both classes win on some text, so names cannot match by luck.
     rng = np.random.default_rng(3)
     kernel, bias = clf.model.classifier.dense.kernel, clf.model.classifier.dense.bias
     kernel.assign(rng.normal(0.0, 2.0, kernel.shape).astype(np.float32))
@@ -53,6 +54,11 @@ def test_labels_from_pretrained_through_a_keras_file_to_the_served_model(release
     bias.assign(-clf.predict(TEXTS, verbose=0).mean(0))  # centred: each class wins somewhere
     logits = clf.predict(TEXTS, verbose=0)
     assert len(set(logits.argmax(-1))) == 2, logits
+    return clf, logits
+
+
+def test_labels_from_pretrained_through_a_keras_file_to_the_served_model(release, tmp_path):
+    clf, logits = _labelled_classifier(release)
     path = tmp_path / "clf.keras"
     clf.save(str(path))
     again = keras.saving.load_model(str(path))
@@ -69,11 +75,22 @@ def test_labels_from_pretrained_through_a_keras_file_to_the_served_model(release
     assert labels == [["neg", "pos"][i] for i in logits.argmax(-1)]
     meta = json.loads((version / "assets.extra" / "bert_tf_export.json").read_text())
     assert meta["labels"] == ["neg", "pos"]
-    # model.export uses them too; labels=... given to export still wins.
-    own = clf.export(str(tmp_path / "own" / "1"), verbose=False)
-    assert _served_labels(own)[0] == labels
+    # labels=... given to model.export wins over the model's own (model.export with none:
+    # test_model_export_serves_the_models_own_labels, slow).
     other = clf.export(str(tmp_path / "other" / "1"), labels=["n", "p"], verbose=False)
     assert _served_labels(other)[0] == [["n", "p"][i] for i in logits.argmax(-1)]
+
+
+# slow: test_labels_from_pretrained_through_a_keras_file_to_the_served_model (the .keras
+# export there is keras_export.export_model with labels=None, the function model.export calls:
+# the model's own labels served; model.export itself: its labels=... override there)
+@pytest.mark.slow
+def test_model_export_serves_the_models_own_labels(release, tmp_path):
+    clf, logits = _labelled_classifier(release)
+    own = clf.export(str(tmp_path / "own" / "1"), verbose=False)
+    labels, served = _served_labels(own)
+    np.testing.assert_allclose(served, logits, atol=1e-5)
+    assert labels == [["neg", "pos"][i] for i in logits.argmax(-1)]
 
 
 def test_label_arguments_and_the_tagger_config(release):
