@@ -64,17 +64,40 @@ def reference(records, tmp_path_factory):
     return runner, history
 
 
-def test_loss_decreases_checkpoints_eval_and_export(tmp_path, records):
-    pattern, _ = records
-    config_file = tmp_path / "bert_config.json"
+@pytest.fixture(scope="module")
+def trained(records, tmp_path_factory):
+    """One 50-step run (dropout 0.1, --do_eval, the ids-in export, no --vocab_file) and the
+    bert_tf log messages it wrote; test_vocab_file_exports_text_in_models_for_serving exports
+    text-in models from its checkpoint."""
+    import logging
+    d = tmp_path_factory.mktemp("trained")
+    config_file = d / "bert_config.json"
     tiny_bert_config(dropout=0.1).to_json_file(str(config_file))
-    out = tmp_path / "out"
-    result = run_pretraining(_options(bert_config_file=str(config_file), input_file=pattern,
-                                      output_dir=str(out), do_train=True, do_eval=True,
-                                      train_batch_size=16, learning_rate=1e-3,
-                                      num_train_steps=50, num_warmup_steps=5,
-                                      iterations_per_loop=10, save_checkpoints_steps=25,
-                                      max_eval_steps=4))
+    out = d / "out"
+    messages = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+    logger, handler = logging.getLogger("bert_tf"), Keep(logging.INFO)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        result = run_pretraining(_options(bert_config_file=str(config_file), input_file=records[0],
+                                          output_dir=str(out), do_train=True, do_eval=True,
+                                          train_batch_size=16, learning_rate=1e-3,
+                                          num_train_steps=50, num_warmup_steps=5,
+                                          iterations_per_loop=10, save_checkpoints_steps=25,
+                                          max_eval_steps=4))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return dict(config_file=config_file, out=out, result=result, messages=messages)
+
+
+def test_loss_decreases_checkpoints_eval_and_export(tmp_path, trained):
+    out, result = trained["out"], trained["result"]
     losses = _losses(result["train"])
     # Off TPU a loop is at most a tenth of the run: 10 progress lines, not 5.
     loops = list(range(5, 51, 5))
@@ -330,12 +353,10 @@ def _vocab(path, tokens):
     return str(path)
 
 
-def test_vocab_file_exports_text_in_models_for_serving(tmp_path, records, caplog):
-    import logging
+def test_vocab_file_exports_text_in_models_for_serving(tmp_path, records, trained):
     from bert_tf.export import serving
     pattern, _ = records
-    config_file = tmp_path / "bert_config.json"
-    tiny_bert_config().to_json_file(str(config_file))
+    config_file = trained["config_file"]  # tiny_bert_config(dropout=0.1)
     # ids 1-3 are [CLS]/[SEP]/[MASK] in the synthetic records, as in this vocab
     tokens = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"] + [f"w{i}" for i in range(59)]
     common = dict(bert_config_file=str(config_file), input_file=pattern, do_train=True,
@@ -349,11 +370,10 @@ def test_vocab_file_exports_text_in_models_for_serving(tmp_path, records, caplog
             run_pretraining(_options(output_dir=str(out), vocab_file=_vocab(
                 tmp_path / "bad_vocab.txt", bad), **common))
         assert not out.exists()
-    # Without a vocab: the ids-in encoder, and one line saying how to get text-in models.
-    out = tmp_path / "out"
-    with caplog.at_level(logging.INFO, logger="bert_tf"):
-        run_pretraining(_options(output_dir=str(out), **common))
-    hints = [r.getMessage() for r in caplog.records if "--vocab_file" in r.getMessage()]
+    # Without a vocab (the shared 50-step run): the ids-in encoder, and one line saying how to
+    # get text-in models.
+    out = trained["out"]
+    hints = [m for m in trained["messages"] if "--vocab_file" in m]
     assert len(hints) == 1 and "ids-in encoder" in hints[0]
     assert (out / "export" / "saved_model.pb").exists()
     # The separate export step with a vocab: four models in the TF Serving layout.
@@ -376,12 +396,12 @@ def test_vocab_file_exports_text_in_models_for_serving(tmp_path, records, caplog
         for request in requests:  # every warm-up request runs against its model
             assert serving.run_predict_request(loaded[name], request)
     # Text in: the preprocessor's ids through the exported encoder = the trained encoder.
-    trained = make_trainer(tiny_bert_config(), _options(output_dir=str(out)))
-    assert trained.restore() == "resumed"
+    trainer = make_trainer(tiny_bert_config(dropout=0.1), _options(output_dir=str(out)))
+    assert trainer.restore() == "resumed"
     ids = loaded["tiny_preprocessor"].signatures["serving_default"](
         text=tf.constant(["w1 w2 w3", "w4"]))
     assert ids["input_word_ids"].numpy()[0, :5].tolist() == [1, 6, 7, 8, 2]
-    want = trained.model.encoder(ids, training=False)["pooled_output"].numpy()
+    want = trainer.model.encoder(ids, training=False)["pooled_output"].numpy()
     got = loaded["tiny_encoder"].signatures["serving_default"](**ids)["pooled_output"]
     np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
     emb = loaded["tiny_embeddings"].signatures["serving_default"](
