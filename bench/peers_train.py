@@ -194,6 +194,9 @@ def _model_garden_child(args):
         ids = tf.ones((1, 4), tf.int32)
         model(dict(input_word_ids=ids, input_mask=ids, input_type_ids=tf.zeros_like(ids),
                    masked_lm_positions=tf.zeros((1, 1), tf.int32)))
+        # bert_tf's NSP runs through the encoder's pooler, Model Garden's through its head's
+        # dense (the pooler is computed, unused): the same start needs the same weights there.
+        encoder.pooler_layer.set_weights(model.classification_heads[0].dense.get_weights())
         tf.train.Checkpoint(model=model).write(args.init_out)
 
     def data_config(pattern, training):

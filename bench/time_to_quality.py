@@ -20,8 +20,9 @@ bert_tf's --optimizer=adamw), learning rate (`--lr`, warm-up over a tenth of the
 decay to 0, bert_tf's formula in both), sequences per step (`--batch`), steps, initial weights
 (the child writes its fresh ones before its first step; bert_tf's arms load them through
 --init_checkpoint). Each replicate's seed draws its corpus, masks, packs, order and weights.
-Unavoidable differences: Model Garden's NSP head is dense(H, tanh) + dense(2) on [CLS] (its
-encoder's pooler computed, unused), bert_tf's the pooler (from Model Garden's) + dense(2); the
+Model Garden's NSP head is dense(H, tanh) + dense(2) on [CLS] (its encoder's pooler computed,
+unused), bert_tf's the pooler + dense(2): the child copies its head's dense into its pooler
+before writing the initial weights, so both start as the same function. Unavoidable: the
 data order (tf.data shuffle there, bert_tf's block shuffle here, both 1,000 records). Each
 arm's first step (and phase 2's first) traces: it trains, its time is not counted.
 
@@ -38,9 +39,11 @@ Goal (bert-mini, seq 128, packed, fp32): >= 2.0x faster than Model Garden, inter
 
   .venv/bin/python bench/time_to_quality.py --quick      # smoke: 1 replicate, 40 steps
   .venv/bin/python bench/time_to_quality.py              # 5 replicates, mini + tiny, all arms
+(the summary and its statistics: bench/ttq_report.py)
 Writes bench/out/time_to_quality.json. Needs the peers (tf-models-official, tf_keras).
 """
 import argparse
+import gc
 import json
 import os
 import sys
@@ -51,10 +54,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
-from scipy import stats  # noqa: E402
 
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND)
+import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bert_tf import resources  # noqa: E402
@@ -65,13 +67,12 @@ from bert_tf.pretraining_data.sequence_packing_run import PackOptions, run as pa
 from bert_tf.training.precision import CPU_BF16_FLAGS, cpu_flags  # noqa: E402
 # bert_tf's pre-training modules (the one place to update when they move).
 from bert_tf.pretraining import phase_plan, phases, pretraining  # noqa: E402
-from packing import (Stepper, first_time, mean_curve, padding_share,  # noqa: E402
-                     quality_data, unigram_baseline, unpacked_evaluation)
+from packing import (Stepper, padding_share, quality_data, unigram_baseline,  # noqa: E402
+                     unpacked_evaluation)
 from peers_train import ModelGarden  # noqa: E402
+from ttq_report import ARMS, summarize, write_json  # noqa: E402
 
-ARMS = ("mg", "plain", "packed", "packed_bf16", "two_phase")
 EVAL_BATCH = 64
-GOAL, GOAL_LOW = 2.0, 1.5
 START = time.time()
 
 
@@ -212,7 +213,7 @@ def make_arms(name, seed, args, files, vocab, steps, out):
             and seed <= (args.two_phase_replicates or seed)):
         d512, preds512, per_row = data_512(args.workdir, args, seed, vocab)
         rows512 = max(1, round(batch / per_row))
-        n1 = steps - max(1, round(steps * 0.1))
+        n1 = phase1_steps(steps)
         arm = TwoPhaseArm(cfg, our_options(
             args, out, "two_phase", seed, steps, packed_rows, init, input_file=files["packed"],
             num_train_steps=n1, phase2_input_file=d512["train"],
@@ -224,15 +225,35 @@ def make_arms(name, seed, args, files, vocab, steps, out):
     return arms, facts
 
 
+def phase1_steps(steps):
+    """two_phase's steps at 128: 90%."""
+    return steps - max(1, round(steps * 0.1))
+
+
 def run_replicate(name, seed, args, files, vocab, steps):
-    """Curves {arm: [(step, seconds, accuracy)]} and facts of one (model, replicate)."""
+    """Curves {arm: [(step, seconds, accuracy)]} and facts of one (model, replicate); the
+    Model Garden child is closed and bert_tf's arms freed whatever happens."""
     out = os.path.join(args.workdir, f"{name}-{seed}")
-    arms, facts = make_arms(name, seed, args, files, vocab, steps, out)
+    arms = {}
+    try:
+        return _run_replicate(name, seed, args, files, vocab, steps, out, arms)
+    finally:
+        if "mg" in arms:
+            arms["mg"].child.close()
+        arms.clear()  # the next replicate's arms do not share memory or graphs with these
+        keras.backend.clear_session()
+        gc.collect()
+
+
+def _run_replicate(name, seed, args, files, vocab, steps, out, arms):
+    made, facts = make_arms(name, seed, args, files, vocab, steps, out)
+    arms.update(made)
     clock, chunks = dict.fromkeys(arms, 0.0), {k: [] for k in arms}
     seqs = {k: a.traced for k, a in arms.items()}
     curves = {k: [] for k in arms}
+    # The same points in every replicate, two_phase or not (mean_curve pairs them up).
     points = sorted({max(2, round(steps * float(f))) for f in args.eval_at.split(",")}
-                    | {getattr(arms.get("two_phase"), "n1", steps), steps})
+                    | {phase1_steps(steps), steps})
     done, order = 1, list(arms)
     for point in points:
         while done < point:
@@ -263,97 +284,8 @@ def run_replicate(name, seed, args, files, vocab, steps):
                               input_file=files["train"])
         facts["parity"] = (OurArm(facts["cfg"], options, files["eval"], trace=False).accuracy(),
                            arms["mg"].accuracy())
-    arms["mg"].child.close()
     facts["vocab_size"] = facts.pop("cfg").vocab_size
     return curves, facts
-
-
-def ratio_interval(t_mg, t_arm, resamples=10_000):
-    """(ratio of means, bootstrap 95% interval, Fieller 95% interval or None if unbounded)."""
-    x, y = np.asarray(t_mg, float), np.asarray(t_arm, float)
-    n = len(x)
-    idx = np.random.default_rng(0).integers(0, n, (resamples, n))
-    boot = x[idx].mean(1) / y[idx].mean(1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    fieller = None
-    if n > 2:  # {r: (mean x - r mean y)^2 <= t^2 var(mean x - r mean y)}, paired
-        t2, c = stats.t.ppf(0.975, n - 1) ** 2 / n, np.cov(x, y)
-        a, b = y.mean() ** 2 - t2 * c[1, 1], x.mean() * y.mean() - t2 * c[0, 1]
-        d = b * b - a * (x.mean() ** 2 - t2 * c[0, 0])
-        fieller = ((b - d ** 0.5) / a, (b + d ** 0.5) / a) if a > 0 and d >= 0 else None
-    return x.mean() / y.mean(), (float(lo), float(hi)), fieller
-
-
-def summarize(name, results, args):
-    """Per-replicate rows, each arm's ratio of means and interval; the model's JSON summary.
-    results: [(seed, curves, facts)]; an arm counts in the replicates it ran in."""
-    arms = [a for a in ARMS if any(a in c for _, c, _ in results)]
-    print(f"\n### bert-{name}\n\n| replicate | baseline | MG final (target) | "
-          + " | ".join(f"{a} final / s to target" for a in arms) + " |\n|"
-          + "---|" * (3 + len(arms)))
-    times = {a: {} for a in arms}  # arm -> {seed: (first crossing or None, total seconds)}
-    invalid_seeds = []
-    for seed, curves, facts in results:
-        target = curves["mg"][-1][2]
-        for a in curves:
-            times[a][seed] = (first_time(curves[a], target), curves[a][-1][1])
-        cells = [f"{curves[a][-1][2]:.3f} / " + (f">{times[a][seed][1]:.1f}" if times[a][seed][0]
-                 is None else f"{times[a][seed][0]:.1f}") if a in curves else "-" for a in arms]
-        invalid = target < max(2 * facts["baseline"], facts["baseline"] + 0.05)
-        invalid_seeds += [seed] * invalid
-        print(f"| {seed} | {facts['baseline']:.3f} | {target:.3f}"
-              + (" INVALID" if invalid else "") + " | " + " | ".join(cells) + " |")
-    summary = {"mg_times": times["mg"], "invalid": invalid_seeds}
-    for a in arms[1:]:
-        seeds = sorted(times[a])
-        t_mg = [times["mg"][s][0] for s in seeds]
-        t_arm = [t if t is not None else total for t, total in (times[a][s] for s in seeds)]
-        censored = [s for s in seeds if times[a][s][0] is None]
-        ratio, boot, fieller = ratio_interval(t_mg, t_arm)
-        per = ", ".join(("<" if s in censored else "") + f"{m / v:.2f}"  # censored: upper bound
-                        for s, m, v in zip(seeds, t_mg, t_arm))
-        # A percentile bootstrap over few replicates is too narrow: Fieller's bound decides too.
-        clears = (ratio >= GOAL and boot[0] > GOAL_LOW and fieller is not None
-                  and fieller[0] > GOAL_LOW and len(seeds) >= 5 and not censored
-                  and not set(seeds) & set(invalid_seeds))
-        fl = "unbounded" if fieller is None else f"[{fieller[0]:.2f}, {fieller[1]:.2f}]"
-        totals = [np.mean([times[k][s][1] for s in seeds]) for k in (a, "mg")]
-        print(f"{a} ({len(seeds)} replicates): all steps {totals[0]:.1f} s (MG {totals[1]:.1f} s,"
-              f" {totals[1] / totals[0]:.2f}x); to target: per replicate MG/ours {per}; ratio of "
-              f"means {ratio:.2f}x, 95% bootstrap [{boot[0]:.2f}, {boot[1]:.2f}], "
-              f"Fieller {fl}" + (f"; censored: replicate(s) {censored} (counted at their total:"
-                                 " the ratio is an upper bound)" if censored else "")
-              + f"; >= {GOAL}x with interval > {GOAL_LOW}x: "
-              + ("cleared" if clears else "NOT cleared")
-              + (" (the goal's row)" if (name, a) == ("mini", "packed") else ""))
-        summary[a] = {"seeds": seeds, "per_replicate_ratio": [m / v for m, v in zip(t_mg, t_arm)],
-                      "times": times[a], "censored": censored, "ratio_of_means": ratio,
-                      "bootstrap95": boot, "fieller95": fieller, "cleared": clears}
-    for seed, curves, facts in results:
-        if "phase_seconds" in facts:
-            print(f"two_phase replicate {seed}: phase 1 (128) {facts['phase_seconds'][0]:.1f} s, "
-                  f"phase 2 (512) {facts['phase_seconds'][1]:.1f} s; accuracy at 128 "
-                  f"{facts['acc128_phase1']:.3f} after phase 1, {curves['two_phase'][-1][2]:.3f}"
-                  f" after phase 2; at 512 {facts['acc512']:.3f}")
-        if "parity" in facts:
-            print("eval parity (replicate %d): Model Garden's final weights, bert_tf's eval "
-                  "%.4f vs Model Garden's %.4f" % ((seed,) + tuple(facts["parity"])))
-    common = [a for a in arms if all(a in c for _, c, _ in results)]
-    means = {a: mean_curve([c[a] for _, c, _ in results]) for a in common}
-    target, t_mg = means["mg"][-1][2], first_time(means["mg"], means["mg"][-1][2])
-    print(f"mean curves of {len(results)} replicates (order noise averaged, as bench/packing.py "
-          f"judges): MG final {target:.3f} at {t_mg:.1f} s; " + ", ".join(
-              f"{a} " + ("never" if t is None else f"{t:.1f} s, {t_mg / t:.2f}x")
-              for a, t in ((a, first_time(means[a], target)) for a in common[1:])))
-    summary["mean_curves"] = means
-    return summary
-
-
-def write_json(out, path):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(f"{path}.tmp-{os.getpid()}", "w") as f:
-        json.dump(out, f, indent=1, default=float)
-    os.replace(f"{path}.tmp-{os.getpid()}", path)
 
 
 def main():
@@ -373,7 +305,8 @@ def main():
     ap.add_argument("--chunk", type=int, default=5, help="steps per alternation (short: "
                     "load bursts from other jobs hit every arm)")
     ap.add_argument("--docs", dest="quality_docs", type=int, default=2000)
-    ap.add_argument("--eval_docs", dest="quality_eval_docs", type=int, default=200)
+    # 1,500: enough 512-token rows for batches of 64 (two_phase's eval at 512).
+    ap.add_argument("--eval_docs", dest="quality_eval_docs", type=int, default=1500)
     ap.add_argument("--preds", dest="quality_preds", type=int, default=64)
     ap.add_argument("--pack512", type=int, default=6)
     # bench/packing.py's time-to-quality data (its quality_data reads these).
@@ -388,6 +321,9 @@ def main():
         args.replicates, args.steps, args.eval_at = 1, "40", "0.5,1"
         args.quality_docs, args.quality_eval_docs = 300, 200
     steps = dict(kv.split("=") for kv in args.steps.split(",")) if "=" in args.steps else {}
+    missing = [m for m in args.models.split(",") if steps and m not in steps]
+    if missing:
+        ap.error(f"--steps={args.steps} names no step count for --models {','.join(missing)}")
     args.seeds = list(range(1, args.replicates + 1))
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench-ttq-")
     tf.get_logger().setLevel("ERROR")

@@ -1,0 +1,108 @@
+"""Time-to-quality summary of bench/time_to_quality.py: per-replicate rows, each arm's ratio of
+means with a percentile-bootstrap and Fieller 95% interval, whether it clears the goal."""
+import json
+import os
+
+import numpy as np
+from scipy import stats
+
+from packing import first_time, mean_curve
+
+ARMS = ("mg", "plain", "packed", "packed_bf16", "two_phase")
+GOAL, GOAL_LOW = 2.0, 1.5
+PARITY_TOLERANCE = 1e-4  # bert_tf's eval of Model Garden's weights vs Model Garden's own
+
+
+def ratio_interval(t_mg, t_arm, resamples=10_000):
+    """(ratio of means, bootstrap 95% interval, Fieller 95% interval or None if unbounded)."""
+    x, y = np.asarray(t_mg, float), np.asarray(t_arm, float)
+    n = len(x)
+    idx = np.random.default_rng(0).integers(0, n, (resamples, n))
+    boot = x[idx].mean(1) / y[idx].mean(1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    fieller = None
+    if n > 2:  # {r: (mean x - r mean y)^2 <= t^2 var(mean x - r mean y)}, paired
+        t2, c = stats.t.ppf(0.975, n - 1) ** 2 / n, np.cov(x, y)
+        a, b = y.mean() ** 2 - t2 * c[1, 1], x.mean() * y.mean() - t2 * c[0, 1]
+        d = b * b - a * (x.mean() ** 2 - t2 * c[0, 0])
+        fieller = ((b - d ** 0.5) / a, (b + d ** 0.5) / a) if a > 0 and d >= 0 else None
+    return x.mean() / y.mean(), (float(lo), float(hi)), fieller
+
+
+def summarize(name, results, args):
+    """Per-replicate rows, each arm's ratio of means and interval; the model's JSON summary.
+    results: [(seed, curves, facts)]; an arm counts in the replicates it ran in."""
+    arms = [a for a in ARMS if any(a in c for _, c, _ in results)]
+    print(f"\n### bert-{name}\n\n| replicate | baseline | MG final (target) | "
+          + " | ".join(f"{a} final / s to target" for a in arms) + " |\n|"
+          + "---|" * (3 + len(arms)))
+    times = {a: {} for a in arms}  # arm -> {seed: (first crossing or None, total seconds)}
+    invalid_seeds = []
+    for seed, curves, facts in results:
+        target = curves["mg"][-1][2]
+        for a in curves:
+            times[a][seed] = (first_time(curves[a], target), curves[a][-1][1])
+        cells = [f"{curves[a][-1][2]:.3f} / " + (f">{times[a][seed][1]:.1f}" if times[a][seed][0]
+                 is None else f"{times[a][seed][0]:.1f}") if a in curves else "-" for a in arms]
+        invalid = target < max(2 * facts["baseline"], facts["baseline"] + 0.05)
+        invalid_seeds += [seed] * invalid
+        print(f"| {seed} | {facts['baseline']:.3f} | {target:.3f}"
+              + (" INVALID" if invalid else "") + " | " + " | ".join(cells) + " |")
+    summary = {"mg_times": times["mg"], "invalid": invalid_seeds}
+    parity = [f["parity"] for _, _, f in results if "parity" in f]
+    # Not checked (--no_parity) or not equal: the accuracies are not comparable, never cleared.
+    parity_ok = bool(parity) and all(abs(a - b) <= PARITY_TOLERANCE for a, b in parity)
+    for a in arms[1:]:
+        seeds = sorted(times[a])
+        t_mg = [times["mg"][s][0] for s in seeds]
+        t_arm = [t if t is not None else total for t, total in (times[a][s] for s in seeds)]
+        censored = [s for s in seeds if times[a][s][0] is None]
+        ratio, boot, fieller = ratio_interval(t_mg, t_arm)
+        per = ", ".join(("<" if s in censored else "") + f"{m / v:.2f}"  # censored: upper bound
+                        for s, m, v in zip(seeds, t_mg, t_arm))
+        # A percentile bootstrap over few replicates is too narrow: Fieller's bound decides too.
+        clears = (ratio >= GOAL and boot[0] > GOAL_LOW and fieller is not None
+                  and fieller[0] > GOAL_LOW and len(seeds) >= 5 and not censored
+                  and not set(seeds) & set(invalid_seeds) and parity_ok)
+        fl = "unbounded" if fieller is None else f"[{fieller[0]:.2f}, {fieller[1]:.2f}]"
+        totals = [np.mean([times[k][s][1] for s in seeds]) for k in (a, "mg")]
+        print(f"{a} ({len(seeds)} replicates): all steps {totals[0]:.1f} s (MG {totals[1]:.1f} s,"
+              f" {totals[1] / totals[0]:.2f}x); to target: per replicate MG/ours {per}; ratio of "
+              f"means {ratio:.2f}x, 95% bootstrap [{boot[0]:.2f}, {boot[1]:.2f}], "
+              f"Fieller {fl}" + (f"; censored: replicate(s) {censored} (counted at their total:"
+                                 " the ratio is an upper bound)" if censored else "")
+              + f"; >= {GOAL}x with interval > {GOAL_LOW}x: "
+              + ("cleared" if clears else "NOT cleared")
+              + (" (the goal's row)" if (name, a) == ("mini", "packed") else ""))
+        summary[a] = {"seeds": seeds, "per_replicate_ratio": [m / v for m, v in zip(t_mg, t_arm)],
+                      "times": times[a], "censored": censored, "ratio_of_means": ratio,
+                      "bootstrap95": boot, "fieller95": fieller, "cleared": clears}
+    for seed, curves, facts in results:
+        if "phase_seconds" in facts:
+            print(f"two_phase replicate {seed}: phase 1 (128) {facts['phase_seconds'][0]:.1f} s, "
+                  f"phase 2 (512) {facts['phase_seconds'][1]:.1f} s; accuracy at 128 "
+                  f"{facts['acc128_phase1']:.3f} after phase 1, {curves['two_phase'][-1][2]:.3f}"
+                  f" after phase 2; at 512 {facts['acc512']:.3f}")
+        if "parity" in facts:
+            ours, theirs = facts["parity"]
+            ok = abs(ours - theirs) <= PARITY_TOLERANCE
+            summary["parity_ok"] = ok
+            print("eval parity (replicate %d): Model Garden's final weights, bert_tf's eval "
+                  "%.4f vs Model Garden's %.4f: %s" % (seed, ours, theirs, "equal" if ok else
+                  f"PARITY FAILED (> {PARITY_TOLERANCE}): the accuracies are not comparable"))
+    common = [a for a in arms if all(a in c for _, c, _ in results)]
+    means = {a: mean_curve([c[a] for _, c, _ in results]) for a in common}
+    target, t_mg = means["mg"][-1][2], first_time(means["mg"], means["mg"][-1][2])
+    print(f"mean curves of {len(results)} replicates (order noise averaged, as bench/packing.py "
+          f"judges): MG final {target:.3f} at {t_mg:.1f} s; " + ", ".join(
+              f"{a} " + ("never" if t is None else f"{t:.1f} s, {t_mg / t:.2f}x")
+              for a, t in ((a, first_time(means[a], target)) for a in common[1:])))
+    summary["mean_curves"] = means
+    return summary
+
+
+def write_json(out, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(f"{path}.tmp-{os.getpid()}", "w") as f:
+        json.dump(out, f, indent=1, default=float)
+    os.replace(f"{path}.tmp-{os.getpid()}", path)
