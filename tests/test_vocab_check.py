@@ -1,16 +1,10 @@
 """The one vocab-vs-model check (`bert_tf.tokenization.check_vocab_size`): both directions, TPU
 padding, and where it meets from_pretrained and a script."""
-import os
-import subprocess
-import sys
-
 import pytest
 
 from bert_tf import BertError
 from bert_tf.tokenization import check_vocab_size
 from bert_tf.tokenization.vocab_check import vocab_size_fits
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _vocab(path, n):
@@ -48,18 +42,21 @@ def test_from_pretrained_refuses_a_wrong_vocab(hf_dir, tmp_path):
 
 
 def test_extract_features_refuses_a_wrong_vocab_in_one_line(hf_dir, tmp_path):
+    # In this process: bert-extract-features' run() (TensorFlow is started already). Its
+    # BertError is the command's one `error:` line, exit 1, no traceback: the scripts' shared
+    # runner, which tests/test_tasks_e2e.py::test_script_errors_are_one_line runs as processes
+    # (run_classifier.py's BertError; extract_features.py's flag error).
+    from bert_tf.tasks import features
     (tmp_path / "in.txt").write_text("the movie was good\n")
     for n in (200,):  # more lines than vocab_size 27 (fewer: 27 is TPU padding of any n < 27)
         vocab = _vocab(tmp_path / f"v{n}.txt", n)
-        out = subprocess.run(
-            [sys.executable, "-m", "bert_tf.commands.extract_features",
-             f"--input_file={tmp_path / 'in.txt'}", f"--output_file={tmp_path / 'o.jsonl'}",
-             f"--bert_config_file={hf_dir}/config.json", f"--vocab_file={vocab}",
-             "--max_seq_length=16"], capture_output=True, text=True, cwd=ROOT,
-            env=dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3"))
-        assert out.returncode == 1
-        lines = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
-        assert lines == [f"error: {vocab}: {n} lines but {hf_dir}/config.json has vocab_size "
-                         f"27 (wrong vocab for this model? it needs as many, or fewer with "
-                         f"vocab_size their count rounded up to a multiple of 128)"]
-        assert "Traceback" not in out.stderr and not (tmp_path / "o.jsonl").exists()
+        with pytest.raises(BertError) as e:
+            features.run(features.FeatureConfig(
+                input_file=str(tmp_path / "in.txt"), output_file=str(tmp_path / "o.jsonl"),
+                bert_config_file=f"{hf_dir}/config.json", vocab_file=vocab, max_seq_length=16,
+                progress=False))
+        assert f"error: {e.value}" == (
+            f"error: {vocab}: {n} lines but {hf_dir}/config.json has vocab_size 27 (wrong vocab "
+            f"for this model? it needs as many, or fewer with vocab_size their count rounded up "
+            f"to a multiple of 128)")
+        assert not (tmp_path / "o.jsonl").exists()
