@@ -131,11 +131,30 @@ def test_encoder_export_errors_are_one_line(env, tmp_path):
     assert not os.path.exists(out)
 
 
-def test_with_mlm_false_and_pretraining_export_without_vocab(env, tmp_path):
+def test_with_mlm_false_and_pretraining_export_without_vocab(env, tmp_path, monkeypatch):
+    from bert_tf import export
     from bert_tf.pretraining import pretraining_export
     plain = tf.saved_model.load(export_encoder(env.model, str(tmp_path / "p"), with_mlm=False))
     assert not hasattr(plain, "mlm") and not hasattr(plain, "vocab_file")
     assert len(plain.variables) == len(plain.trainable_variables)
+    # run_pretraining's end-of-training export (no --vocab_file) is export_encoder with the mlm
+    # (that export written and its mlm served: test_pretraining_export_without_vocab_has_the_mlm,
+    # slow; export_encoder's mlm: test_encoder_mlm_equals_the_pretraining_models_logits)
+    calls = []
+    monkeypatch.setattr(export, "export_encoder", lambda *a, **k: calls.append((a, k)))
+    out = str(tmp_path / "pt")
+    assert pretraining_export.export_pretrained(env.model, out, types.SimpleNamespace(
+        vocab_file=None)) == out
+    assert calls == [((env.model, out), {"with_mlm": True})]
+
+
+# slow: test_with_mlm_false_and_pretraining_export_without_vocab (export_pretrained without a
+# vocab calls export_encoder(model, dir, with_mlm=True)) and
+# test_encoder_mlm_equals_the_pretraining_models_logits (export_encoder's mlm, loaded, equal to
+# the pre-training model's logits)
+@pytest.mark.slow
+def test_pretraining_export_without_vocab_has_the_mlm(env, tmp_path):
+    from bert_tf.pretraining import pretraining_export
     # run_pretraining's end-of-training export (no --vocab_file) carries the mlm
     d = pretraining_export.export_pretrained(env.model, str(tmp_path / "pt"),
                                              types.SimpleNamespace(vocab_file=None))
