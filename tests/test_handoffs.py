@@ -15,7 +15,6 @@ from bert_tf.convert.handoff import fill_options
 from bert_tf.pretraining.options import PretrainingOptions
 from test_convert_encoder_only import write_bert_model_dir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = ["the movie was good", "a dull film"]
 
 
@@ -55,13 +54,14 @@ def test_contradicting_flags_are_one_line(hf_dir, tmp_path):
 
 def test_convert_savedmodel_pair_loads(hf_dir, tmp_path):
     from bert_tf.convert.__main__ import convert
+    # Eager calls on a list (predict's forward pass without tracing a predict function:
+    # tests/test_serve_path.py::test_keras_data_conventions)
     ref = bert_tf.from_pretrained(hf_dir, text_input=True, seq_length=16)
-    want = ref.predict(TEXT, verbose=0)["pooled_output"]
+    want = ref(TEXT)["pooled_output"].numpy()
     pair = convert("hf", hf_dir, "savedmodel", str(tmp_path / "sm"))
     for path in (pair, os.path.join(pair, "encoder")):
         got = bert_tf.from_pretrained(path, text_input=True, seq_length=16)
-        np.testing.assert_allclose(got.predict(TEXT, verbose=0)["pooled_output"], want,
-                                   atol=1e-6)
+        np.testing.assert_allclose(got(TEXT)["pooled_output"].numpy(), want, atol=1e-6)
 
 
 def test_keras_file_loads(hf_dir, tmp_path):
@@ -73,19 +73,19 @@ def test_keras_file_loads(hf_dir, tmp_path):
     assert open(src.vocab_file).read() == open(f"{hf_dir}/vocab.txt").read()
     again = bert_tf.from_pretrained(str(tmp_path / "clf.keras"), task="classification",
                                     num_classes=2, text_input=True, seq_length=16)
-    np.testing.assert_array_equal(again.predict(TEXT, verbose=0), clf.predict(TEXT, verbose=0))
+    np.testing.assert_array_equal(again(TEXT).numpy(), clf(TEXT).numpy())  # eager calls
 
 
-def test_extract_features_needs_only_init_checkpoint(hf_dir, tmp_path):
+def test_extract_features_needs_only_init_checkpoint(hf_dir, tmp_path, capsys):
+    # The command's hand-off and run in this process (the command as a process, its flags
+    # parsed: tests/test_vocab_check.py::test_extract_features_refuses_a_wrong_vocab_in_one_line)
+    from bert_tf.tasks import cli, features
     (tmp_path / "in.txt").write_text("the movie was good\n")
-    out = subprocess.run(
-        [sys.executable, "-m", "bert_tf.commands.extract_features", "--layers=-1",
-         f"--input_file={tmp_path / 'in.txt'}", f"--output_file={tmp_path / 'o.jsonl'}",
-         f"--init_checkpoint={hf_dir}", "--max_seq_length=16"], capture_output=True, text=True,
-        cwd=ROOT, env=dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3"))
-    assert out.returncode == 0, out.stderr[-2000:]
+    cli.with_handoff(features.run)(features.FeatureConfig(
+        init_checkpoint=hf_dir, layers="-1", input_file=str(tmp_path / "in.txt"),
+        output_file=str(tmp_path / "o.jsonl"), max_seq_length=16))
     assert (f"note: --bert_config_file, --vocab_file, --do_lower_case=True from "
-            f"--init_checkpoint={hf_dir}") in out.stderr.splitlines()
+            f"--init_checkpoint={hf_dir}") in capsys.readouterr().err.splitlines()
     line = json.loads((tmp_path / "o.jsonl").read_text().splitlines()[0])
     assert [f["token"] for f in line["features"]] == ["[CLS]", "the", "movie", "was", "good",
                                                       "[SEP]"]
