@@ -16,7 +16,7 @@ from bert_tf.pretraining_data import sequence_packing as packing
 from bert_tf.pretraining import pretraining
 from bert_tf.training.distribute import get_strategy
 from bert_tf.pretraining.preflight import check_pretraining_files
-from conftest import TWO_CPUS, make_pretraining_instance, run_pretraining_cases, tiny_bert_config
+from conftest import TWO_CPUS, make_pretraining_instance, tiny_bert_config
 
 SEQ, PRED, PACK = 32, 5, 3
 NUM_SEQUENCES = 48
@@ -160,23 +160,26 @@ def test_preflight_detects_packed_records_and_padding(data, tmp_path, caplog):
         check_pretraining_files([data["packed"]], 64, PRED)
 
 
-def test_eval_results_equal_the_unpacked_records(data, tmp_path):
+def test_eval_results_equal_the_unpacked_records(data, tmp_path, monkeypatch):
     """--do_eval on the packed records writes the unpacked records' eval_results.txt (one eval
     batch each: `loss` is the mean of the per-batch losses, as in the original)."""
+    from bert_tf.commands import run_pretraining as command
     config = tmp_path / "bert_config.json"
     tiny_bert_config(num_hidden_layers=1).to_json_file(str(config))
-    common = [f"--bert_config_file={config}", "--max_seq_length=32",
-              "--max_predictions_per_seq=5", "--max_eval_steps=10"]
     # Weights from a few training steps (so that accuracies are not all 0), checkpointed.
     trainer = _trainer(tmp_path, "train", num_train_steps=8, learning_rate=3e-3)
     trainer.train(trainer.task.dataset_fn(data["packed"], True))
-    cases = {}
+    # In process: the command's app_main (pre-flight, hand-off, run_pretraining), its options
+    # given instead of parsed (test_training's CLI test runs the command in a process of its
+    # own); one device, as the command's child process (one CPU device) had.
     for name, batch in (("unpacked", NUM_SEQUENCES), ("packed", len(data["rows"]))):
         shutil.copytree(tmp_path / "train", tmp_path / name)  # eval resumes its checkpoint
-        cases[name] = common + [f"--input_file={data[name]}", "--do_eval",
-                                f"--eval_batch_size={batch}", f"--output_dir={tmp_path / name}"]
-    res, _ = run_pretraining_cases(cases, tmp_path)
-    assert res == {"unpacked": "no error", "packed": "no error"}, res
+        options = pretraining.PretrainingOptions(
+            bert_config_file=str(config), max_seq_length=32, max_predictions_per_seq=5,
+            max_eval_steps=10, input_file=data[name], do_eval=True, eval_batch_size=batch,
+            output_dir=str(tmp_path / name), strategy="one_device", progress=False)
+        monkeypatch.setattr(command.script_flags, "options_from_flags", lambda cls: options)
+        command.app_main([])  # a BertError would exit with its one line
 
     def read(name):
         lines = (tmp_path / name / "eval_results.txt").read_text().splitlines()
