@@ -190,10 +190,11 @@ def run_pretraining_cases(cases, cwd, split_cpus=False):
     return json.loads(res.stdout.strip().splitlines()[-1]), res.stdout
 
 
-def run_export_savedmodel(argv):
+def run_export_savedmodel(argv, app_main=False):
     """bert-export-savedmodel's run() in this process (its absl flags defined once, reset
     before and after): the export a test needs without a TensorFlow start-up of its own.
-    Returns run()'s result (the export folder)."""
+    Returns run()'s result (the export folder); app_main=True: the command's app_main instead
+    (its `exported <path>` line printed, a BertError its SystemExit), returning None."""
     from absl import flags
     from bert_tf.commands import export_savedmodel
     if "kind" not in flags.FLAGS:
@@ -201,7 +202,7 @@ def run_export_savedmodel(argv):
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["bert-export-savedmodel", *argv])
     try:
-        return export_savedmodel.run()
+        return export_savedmodel.app_main([]) if app_main else export_savedmodel.run()
     finally:
         flags.FLAGS.unparse_flags()
 

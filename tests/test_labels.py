@@ -65,7 +65,7 @@ def test_labels_from_pretrained_through_a_keras_file_to_the_served_model(release
     assert again.model.labels == ["neg", "pos"]
     assert again.model.get_config()["labels"] == ["neg", "pos"]
     # bert-export-savedmodel's run() in this process (the script as a process:
-    # test_serve_path.py::test_export_savedmodel_takes_a_keras_file)
+    # test_export_serving.py::test_export_script_errors_are_one_line)
     version = tmp_path / "serve" / "clf" / "1"
     assert run_export_savedmodel([f"--init_checkpoint={path}",
                                   f"--export_base={tmp_path / 'serve'}",

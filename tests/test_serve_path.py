@@ -22,7 +22,6 @@ from bert_tf.modeling import models as bm
 from bert_tf.modeling.config import BertConfig
 from bert_tf.modeling.encoder import BertEncoder
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["good", "great", "fine", "bad", "awful", "dull", "movie", "film", "the", "a", "was",
          "plot", "very", "not", "really", "it", "##s", "##ly", ".", ","]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
@@ -63,11 +62,47 @@ def served(tmp_path_factory):
 
 
 def test_fit_export_serve_in_a_process_without_bert_tf(served):
+    # The export's signatures called here (in a process with only TensorFlow + tf_text:
+    # test_export_serves_in_a_process_without_bert_tf, slow)
     clf, version = served["clf"], served["version"]
     assert served["history"][-1] < 0.5 * served["history"][0], served["history"]
     assert version == str(served["base"] / "models" / "clf" / "1")
     want = clf.predict(PROBE, verbose=0)
     assert np.argmax(want[:3], -1).tolist() == [1, 0, 1]
+    pairs = (["good film", "dull"], ["bad", "film"])
+    want_pairs = clf.predict(pairs, verbose=0)
+    loaded = tf.saved_model.load(version)
+    out = loaded.signatures["serving_default"](text=tf.constant(PROBE))
+    assert np.abs(out["logits"].numpy() - want).max() <= 1e-5, (out["logits"], want)
+    p = np.exp(want) / np.exp(want).sum(-1, keepdims=True)
+    assert np.abs(out["probabilities"].numpy() - p).max() <= 1e-5
+    assert out["label_id"].numpy().tolist() == want.argmax(-1).tolist()
+    assert [s.decode() for s in out["label"].numpy()] == [str(i) for i in want.argmax(-1)]
+    got_pairs = loaded.signatures["serving_pairs"](text=tf.constant(pairs[0]),
+                                                   text_b=tf.constant(pairs[1]))
+    assert np.abs(got_pairs["logits"].numpy() - want_pairs).max() <= 1e-5
+    assert sorted(loaded.signatures) == ["predict_ids", "preprocess", "serving_default",
+                                         "serving_pairs"]
+    # The warm-up requests TF Serving replays at load time run against the export.
+    requests = serving.read_warmup_file(os.path.join(version, "assets.extra",
+                                                     serving.WARMUP_FILE))
+    assert [r.model_spec.signature_name for r in requests] == [
+        "serving_default", "serving_default", "serving_pairs", "predict_ids"]
+    assert {r.model_spec.name for r in requests} == {"clf"}
+    outs = [serving.run_predict_request(loaded, r) for r in requests]
+    assert outs[1]["logits"].shape == (3, 2)
+    meta = json.load(open(os.path.join(version, "assets.extra", "bert_tf_export.json")))
+    assert (meta["task"], meta["seq_length"], meta["labels"]) == ("classification", 12, ["0", "1"])
+
+
+# slow: tests/test_export.py::test_fresh_process_matches_in_memory_models (a process with only
+# TensorFlow + tf_text, no bert_tf, serves text-in exports of the same EndToEndModule that
+# model.export writes; this export's outputs in this process:
+# test_fit_export_serve_in_a_process_without_bert_tf)
+@pytest.mark.slow
+def test_export_serves_in_a_process_without_bert_tf(served):
+    clf, version = served["clf"], served["version"]
+    want = clf.predict(PROBE, verbose=0)
     pairs = (["good film", "dull"], ["bad", "film"])
     want_pairs = clf.predict(pairs, verbose=0)
     np.save(served["base"] / "want.npy", want)
@@ -93,17 +128,6 @@ print(sorted(m.signatures))
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split("\n")[-2] == ("['predict_ids', 'preprocess', 'serving_default', "
                                           "'serving_pairs']")
-    # The warm-up requests TF Serving replays at load time run against the export.
-    requests = serving.read_warmup_file(os.path.join(version, "assets.extra",
-                                                     serving.WARMUP_FILE))
-    assert [r.model_spec.signature_name for r in requests] == [
-        "serving_default", "serving_default", "serving_pairs", "predict_ids"]
-    assert {r.model_spec.name for r in requests} == {"clf"}
-    loaded = tf.saved_model.load(version)
-    outs = [serving.run_predict_request(loaded, r) for r in requests]
-    assert outs[1]["logits"].shape == (3, 2)
-    meta = json.load(open(os.path.join(version, "assets.extra", "bert_tf_export.json")))
-    assert (meta["task"], meta["seq_length"], meta["labels"]) == ("classification", 12, ["0", "1"])
 
 
 def test_keras_data_conventions(served):
@@ -147,7 +171,8 @@ def test_keras_data_conventions(served):
         "x: the two lists of a sentence pair have 2 and 1 texts")
 
 
-def test_ids_models_take_lists_and_export_ids_in(served, tmp_path):
+def _ids_classifier(served):
+    """An ids-in classifier fit on lists of ids: (model, its ids, its logits on them)."""
     keras.utils.set_random_seed(1)
     clf = bert_tf.from_pretrained(served["hf"], task="classification", num_classes=3)
     tok = served["clf"].preprocessor
@@ -158,7 +183,11 @@ def test_ids_models_take_lists_and_export_ids_in(served, tmp_path):
     before = clf.evaluate(ids, {"logits": LABELS}, verbose=0)
     clf.fit(ids, {"logits": LABELS}, batch_size=8, epochs=5, verbose=0)
     assert clf.evaluate(ids, {"logits": LABELS}, verbose=0) < before
-    want = clf.predict(ids, verbose=0)["logits"]
+    return clf, ids, clf.predict(ids, verbose=0)["logits"]
+
+
+def test_ids_models_take_lists_and_export_ids_in(served, tmp_path):
+    clf, ids, want = _ids_classifier(served)
     np.testing.assert_allclose(clf(ids)["logits"].numpy(), want, atol=1e-5)
     with pytest.raises(BertError, match=r"^x: strings need a text-in model"):
         clf.predict(TEXTS, verbose=0)
@@ -173,31 +202,41 @@ def test_ids_models_take_lists_and_export_ids_in(served, tmp_path):
     requests = serving.read_warmup_file(os.path.join(path, "assets.extra", serving.WARMUP_FILE))
     assert [serving.run_predict_request(loaded, r)["logits"].shape for r in requests] == [
         (1, 3), (2, 3), (1, 3), (2, 3)]
-    # The same model with its vocab given: the text-in export.
+
+
+# slow: test_fit_export_serve_in_a_process_without_bert_tf (export_model's text-in path: a
+# text-in model's export writes its vocab to a file and takes the same vocab_file branch,
+# EndToEndModule, as an ids model exported with vocab_file=)
+@pytest.mark.slow
+def test_ids_model_exports_text_in_with_its_vocab(served, tmp_path):
+    clf, ids, want = _ids_classifier(served)
     text = clf.export(str(tmp_path / "text" / "1"), vocab_file=str(served["base"] / "vocab.txt"),
                       seq_length=12, verbose=False)
     got = tf.saved_model.load(text).signatures["serving_default"](text=tf.constant(TEXTS))
     np.testing.assert_allclose(got["logits"].numpy(), want, atol=1e-5)
 
 
-def test_export_savedmodel_takes_a_keras_file(served):
+def test_export_savedmodel_takes_a_keras_file(served, capsys):
+    from conftest import run_export_savedmodel
     base = served["base"]
     keras_file = str(base / "clf.keras")
     served["clf"].save(keras_file)
-    run = subprocess.run([sys.executable, os.path.join(ROOT, "export_savedmodel.py"),
-                          f"--init_checkpoint={keras_file}", f"--export_base={base / 'cli'}",
-                          "--model_name=clf"], capture_output=True, text=True, cwd=ROOT)
-    assert run.returncode == 0, run.stderr[-3000:]
+    # The command's app_main in this process (the script as a process, its flags parsed and a
+    # BertError its one `error:` line and exit 1:
+    # test_export_serving.py::test_export_script_errors_are_one_line)
+    capsys.readouterr()
+    assert run_export_savedmodel([f"--init_checkpoint={keras_file}",
+                                  f"--export_base={base / 'cli'}", "--model_name=clf"],
+                                 app_main=True) is None
     version = str(base / "cli" / "clf" / "1")
-    assert run.stdout.strip().split("\n")[-1] == f"exported {version}"
+    assert capsys.readouterr().out.strip().split("\n")[-1] == f"exported {version}"
     out = tf.saved_model.load(version).signatures["serving_default"](text=tf.constant(PROBE))
     np.testing.assert_allclose(out["logits"].numpy(), served["clf"].predict(PROBE, verbose=0),
                                atol=1e-5)
     meta = json.load(open(os.path.join(version, "assets.extra", "bert_tf_export.json")))
     assert (meta["task"], meta["seq_length"], meta["model_name"]) == ("classification", 12, "clf")
-    # The refusal in this process (the script turns a BertError into its one `error:` line and
-    # exit 1: test_export_serving.py::test_export_script_errors_are_one_line)
-    from conftest import run_export_savedmodel
+    # The refusal (the script turns a BertError into its one `error:` line and exit 1:
+    # test_export_serving.py::test_export_script_errors_are_one_line)
     with pytest.raises(BertError) as bad:
         run_export_savedmodel([f"--init_checkpoint={keras_file}", f"--export_dir={base / 'x'}",
                                "--task=span"])
