@@ -79,14 +79,25 @@ def ids_of(src):
     return {k: v.numpy() for k, v in src["emb"].preprocessor(tf.constant(TEXTS)).items()}
 
 
-def test_export_savedmodel_embeddings_serve_what_from_pretrained_gives(src, tmp_path):
+def test_export_savedmodel_embeddings_serve_what_from_pretrained_gives(src, tmp_path,
+                                                                      monkeypatch):
     want = src["want"]  # masked mean, L2-normalised (sentence-transformers' vectors)
     np.testing.assert_allclose(np.linalg.norm(want[:3], axis=1), 1.0, atol=1e-6)
     out = str(tmp_path / "emb")
-    # In this process (the command as a process: test_serve_path's keras-file export and
-    # test_export_serving's errors test)
+    reads = []
+
+    def counted(fmt):
+        def read(path):
+            reads.append(path)
+            return fmt.read(path)
+        return dataclasses.replace(fmt, read=read)
+    monkeypatch.setattr(formats, "FORMATS", tuple(counted(f) for f in formats.FORMATS))
+    # In this process (the command as a process: test_export_serving's errors test)
     assert run_export_savedmodel([f"--init_checkpoint={src['st']}", "--task=embeddings",
                                   f"--export_dir={out}"]) == out
+    monkeypatch.undo()
+    # The source is read once for config, pooling and weights (before: 3).
+    assert len(reads) == 1, reads
     served = tf.saved_model.load(out).signatures["serving_default"](text=tf.constant(TEXTS))
     np.testing.assert_allclose(served["embedding"].numpy(), want, atol=1e-5)
     meta = json.load(open(f"{out}/assets.extra/bert_tf_export.json"))
@@ -188,10 +199,15 @@ def _cola(d):
     return str(d)
 
 
-# run_pretraining's case writes four SavedModels (~37 s): the same hand-off as the others, slow
+# run_pretraining's case writes four SavedModels (~37 s): the same hand-off as the others, slow.
+# slow (export_savedmodel): test_export_savedmodel_embeddings_serve_what_from_pretrained_gives
+# (bert-export-savedmodel's run() with its --init_checkpoint read counted: once, and the
+# embeddings export served equal to from_pretrained's; a SavedModel source read once by a
+# command: the extract_features case)
 @pytest.mark.parametrize("command", ["run_classifier",
                                      pytest.param("run_pretraining", marks=pytest.mark.slow),
-                                     "extract_features", "export_savedmodel"])
+                                     "extract_features",
+                                     pytest.param("export_savedmodel", marks=pytest.mark.slow)])
 def test_a_command_reads_init_checkpoint_once(src, tmp_path, command, monkeypatch):
     """The Source the hand-off read is the one the run's config, load and export use.
     run_classifier and run_pretraining run main() in a child process (flag parsing included);
