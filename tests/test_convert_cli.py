@@ -226,14 +226,6 @@ def test_casing_travels_from_the_source(sources, tmp_path, capsys):
     assert (meta["do_lower_case"], meta["strip_accents"]) == (True, False)
 
 
-def test_flag_names_are_the_format_tables():
-    """--from / --to are written out in bert_tf.convert.__main__ (so its --help imports no
-    TensorFlow): they are the format table's names."""
-    from bert_tf.convert import __main__ as cli, formats
-    assert cli.FROM == tuple(formats.names(readable=True)) + ("auto",)
-    assert cli.TO == tuple(formats.names(readable=False))
-
-
 def test_entry_point_main_errors_in_one_line(source, tmp_path):
     d, prefix, _ = source
     # main() with no arguments, as the `bert-convert` console script calls it
