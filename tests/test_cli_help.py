@@ -27,7 +27,7 @@ _PROBE = textwrap.dedent("""
             code = e.code
     from absl import flags
     defaults = {{name: flags.FLAGS[name].default for name in flags.FLAGS}}
-    print(json.dumps({{"code": code, "help": out.getvalue(), "tf": "tensorflow" in sys.modules,
+    print(json.dumps({{"code": code, "help": out.getvalue(),
                       "defaults": {{k: v if isinstance(v, (str, int, float, bool, type(None)))
                                    else repr(v) for k, v in defaults.items()}}}}))
 """)
@@ -60,8 +60,6 @@ def test_help_states_the_real_defaults(name):
     got = _help(name, commands.COMMANDS[name])
     text, defaults = got["help"], got["defaults"]
     assert got["code"] == 0
-    if name == "bert-convert":  # its --help needs no TensorFlow (~15 s of a busy core)
-        assert got["tf"] is False
     # Optional flags in usage lines: `[--train_steps 1000]` / `[--output_dir=demo_out]`.
     usage = re.findall(r"\[--(\w+)[ =]([^\]\s]+)\]", text)
     for flag, shown in usage:

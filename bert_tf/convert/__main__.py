@@ -25,13 +25,11 @@ from absl import app, flags
 
 import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras loads)
 from bert_tf import BertError
+from bert_tf.convert import formats
+from bert_tf.convert.source import note
 
-# The --from / --to names of the format table (bert_tf.convert.formats.names), written out so
-# that `bert-convert --help` imports no TensorFlow (the format modules do: ~15 s on a busy
-# core); tests/test_convert_cli.py checks them against the table.
-FROM = ("keras", "bert_tf_export", "savedmodel", "tfhub", "keras_hub", "hf", "tf1", "bert_tf",
-        "model_garden", "auto")
-TO = ("bert_tf_export", "savedmodel", "keras_hub", "hf", "tf1", "model_garden")
+FROM = tuple(formats.names(readable=True)) + ("auto",)
+TO = tuple(formats.names(readable=False))
 NSP = "cls/seq_relationship/"
 
 
@@ -52,7 +50,6 @@ def _model_kind(fmt_from, fmt_to, model, src, names):
         return "encoder"
     if src.has_mlm():
         return "pretrainer"
-    from bert_tf.convert.source import note
     note(f"{src.path} has no pre-training heads: converting the encoder")
     return "encoder"
 
@@ -69,7 +66,6 @@ def _net(src, kind):
                         f"{' ...' if len(missing) > 3 else ''} (pass --model=encoder to "
                         f"convert the encoder only)")
     if report["missing"]:  # an MLM-only source (HF BertForMaskedLM): NSP head initialised
-        from bert_tf.convert.source import note
         note(f"{src.path} has no next-sentence head: the output's is freshly initialised")
         set_weights(net, dict(get_weights(net), **fresh), src.path)
     return net
@@ -100,7 +96,6 @@ def convert(from_format, source, to_format, output, bert_config_file=None, vocab
     """
     import tensorflow as tf
     from bert_tf import fileio
-    from bert_tf.convert import formats
 
     if from_format not in (None, *FROM):
         raise BertError(f"--from: unknown format {from_format!r}; expected one of "
