@@ -1,5 +1,6 @@
-"""The demo pipeline end to end (what `make demo` runs): with fewer steps in the default suite,
-in full (`bert-demo` from an empty folder, the learning criteria) behind `slow`."""
+"""The demo pipeline end to end (what `make demo` runs): with fewer steps in the default suite
+(through the installed wheel: test_install.py), in full (`bert-demo` from an empty folder, the
+learning criteria) behind `slow`."""
 import os
 import re
 import subprocess
@@ -108,6 +109,9 @@ def test_failed_step_is_one_line_error(tmp_path):
                       input_file=str(tmp_path / "missing.txt"))
 
 
+@pytest.mark.slow
+# slow: tests/test_install.py::test_demo_through_the_installed_wheel (the same run and checks
+# through the installed bert-demo; this one runs the checkout's run_demo in process)
 def test_demo_end_to_end(tmp_path, capsys):
     export_base = str(tmp_path / "export")
     result = demo.run_demo(str(tmp_path / "out"), export_base, train_steps=150,

@@ -1,4 +1,4 @@
-"""The wheel `pip wheel .` builds: its contents, and the pipeline through its console commands.
+"""The wheel `pip wheel .` builds: its contents, and the demo pipeline from the installed package.
 
 The wheel goes into a fresh venv that sees this project's .venv site-packages (TensorFlow
 etc., so nothing is downloaded) but not its editable bert_tf: every command below runs the
@@ -184,6 +184,10 @@ def test_wheel_holds_commands_configs_and_corpus(wheel):
     assert not [n for n, spec in requires.items() if "==" in str(spec)]  # pins: constraints.txt
 
 
+@pytest.mark.slow
+# slow: tests/test_install.py::test_demo_through_the_installed_wheel (the installed package
+# runs both commands, 4 exports with warm-up requests, a fresh process without bert_tf loads
+# them; the two console scripts by --help in test_commands_help_from_the_installed_wheel)
 def test_pipeline_through_the_installed_commands(venv, tmp_path):
     bin_dir, env, fresh_site = venv
     work = tmp_path / "work"  # outside the checkout
@@ -258,9 +262,142 @@ def test_pipeline_through_the_installed_commands(venv, tmp_path):
     assert got["pooled"] == [2, hidden] and got["sequence"] == [2, SEQ, hidden]
 
 
+# Run in every process the demo starts (PYTHONPATH): at exit, which bert_tf it imported, if any.
+_IMPORT_PROBE = textwrap.dedent("""
+    import atexit, json, os, sys
+
+    def _record():
+        mod = sys.modules.get("bert_tf")
+        with open(os.path.join(os.environ["BERT_TF_IMPORT_PROBE"], f"{os.getpid()}.json"),
+                  "w") as f:
+            json.dump([sys.argv[0], mod and mod.__file__], f)
+
+    atexit.register(_record)
+""")
+
+
+def test_demo_through_the_installed_wheel(venv, tmp_path):
+    """The installed `bert-demo`, from a folder outside the checkout, with the small settings:
+    the wheel's package, corpus and config; pre-training learns; the four exports in the TF
+    Serving layout with warm-up requests; a fresh process (no bert_tf) predicts from them.
+    (In full, from an empty folder, with the learning criteria: test_demo's slow test.)"""
+    from bert_tf import demo
+    from bert_tf.tokenization import vocab_tokens
+    from test_quiet import noisy
+
+    bin_dir, env, fresh_site = venv
+    work = tmp_path / "work"  # outside the checkout
+    work.mkdir()
+    where = _check(_run(venv, work, "python", "-c", textwrap.dedent("""
+        import json, bert_tf, bert_tf.demo
+        from bert_tf import resources
+        print(json.dumps([bert_tf.__file__, resources.sample_corpus(),
+                          resources.config_file("bert_tiny"), bert_tf.demo.SAMPLE_CORPUS,
+                          bert_tf.demo.TINY_CONFIG]))
+    """)), "import").stdout
+    pkg, corpus, config, demo_corpus, demo_config = json.loads(where.strip().splitlines()[-1])
+    for path in (pkg, corpus, config):
+        assert path.startswith(fresh_site + os.sep), path  # the wheel's copy, not the checkout
+    assert (demo_corpus, demo_config) == (corpus, config)
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(_IMPORT_PROBE)
+    run_env = dict(env, PYTHONPATH=str(probe), BERT_TF_IMPORT_PROBE=str(probe))
+    proc = subprocess.run(
+        [os.path.join(bin_dir, "bert-demo"), "--output_dir=demo_out", "--export_base=export",
+         "--train_steps=150", "--iterations_per_loop=50", "--dupe_factor=3"],
+        cwd=work, env=run_env, capture_output=True, text=True, timeout=900)
+    printed = proc.stdout
+    assert proc.returncode == 0, printed[-3000:] + proc.stderr[-3000:]
+    assert noisy(printed) == [] and noisy(proc.stderr) == [], noisy(printed + proc.stderr)
+    assert sorted(os.listdir(work)) == ["demo_out", "export"]
+    out, export_base = work / "demo_out", str(work / "export")
+
+    # Every step ran the wheel's bert_tf (the demo as the installed console script), on the
+    # wheel's corpus; step 5's fresh process imported no bert_tf at all.
+    runs = [json.load(open(probe / f)) for f in os.listdir(probe) if f.endswith(".json")]
+    assert [m for _, m in runs if m and not m.startswith(fresh_site + os.sep)] == [], runs
+    (demo_run,) = [m for argv0, m in runs if os.path.basename(argv0) == "bert-demo"]
+    assert demo_run == pkg
+    assert [m for argv0, m in runs if argv0.endswith("demo_predict.py")] == [None], runs
+    assert printed.count(f"--input_file={corpus} ") == 2  # vocab builder, create-pretraining-data
+    # The model is the wheel's bert_tiny.json with the learned vocab's size and no dropout.
+    cfg, tiny = json.load(open(out / "bert_config.json")), json.load(open(config))
+    vocab = vocab_tokens(str(out / "vocab.txt"))
+    assert cfg["vocab_size"] == len(vocab)
+    assert cfg["hidden_dropout_prob"] == cfg["attention_probs_dropout_prob"] == 0
+    changed = ("vocab_size", "hidden_dropout_prob", "attention_probs_dropout_prob")
+    assert {k: v for k, v in cfg.items() if k not in changed} == \
+        {k: v for k, v in tiny.items() if k not in changed}
+
+    # bert-create-pretraining-data: every instance it reports is in its two shards.
+    m = re.search(r"wrote (\d+) instances .* from 11 documents to 2 file\(s\)", printed)
+    assert m, printed[-3000:]
+    shards = sorted((out / "tfrecords").glob("train-*-of-2.tfrecord"))
+    assert len(shards) == 2 and sum(map(_count_records, shards)) == int(m[1]) > 0
+
+    # Pre-training learns in this short run too (only the word frequencies: words in context
+    # take ~1000 steps, the slow test): the loss falls loop after loop from near ln(V) + ln 2,
+    # and the masked-LM accuracy of the last loop and of the eval beats the first loop's.
+    train_log = (out / "pretraining.log").read_text()
+    losses, progress = demo.parse_losses(train_log), demo.parse_progress(train_log)
+    assert len(losses) == 10, printed  # off TPU a loop is at most a tenth of the run
+    assert all(0 < x < 20 for x in losses), losses
+    thirds = [sum(losses[i:i + 3]) / 3 for i in (0, 3, 7)]  # steps 1-45, 46-90, 106-150
+    assert thirds[0] > thirds[1] > thirds[2] and thirds[2] < thirds[0] - 0.3, losses
+    first_acc, last_acc = progress[0][2], progress[-1][2]
+    eval_acc = float(re.search(r"eval +150 +[0-9.]+ +([0-9.]+)", printed)[1])
+    assert min(last_acc, eval_acc) > first_acc, (first_acc, last_acc, eval_acc)
+
+    # Exports in the TF Serving layout, one version for all four, with warm-up requests.
+    for name in ("bert_demo", "bert_demo_embeddings", "bert_demo_preprocessor",
+                 "bert_demo_encoder"):
+        assert os.listdir(os.path.join(export_base, name)) == ["1"]
+        assert os.path.exists(os.path.join(export_base, name, "1", "saved_model.pb"))
+        assert os.path.getsize(os.path.join(export_base, name, "1", "assets.extra",
+                                            "tf_serving_warmup_requests")) > 0
+
+    # The fresh Keras process: k tokens per [MASK], probabilities in order, summing to <= 1.
+    predictions = json.load(open(out / "predictions.json"))
+    fill = predictions["fill_mask"]
+    assert [f["text"] for f in fill] == demo.DEMO_SENTENCES
+    for f in fill:
+        assert len(f["masks"]) == 1
+        tokens, scores = f["masks"][0]["tokens"], f["masks"][0]["scores"]
+        assert len(tokens) == len(scores) == 5
+        assert set(tokens) <= set(vocab) and "[MASK]" not in tokens
+        assert all(s >= 0 for s in scores) and scores == sorted(scores, reverse=True)
+        assert sum(scores) <= 1 + 1e-6
+    emb = predictions["embeddings"]
+    assert emb["shape"] == [6, cfg["hidden_size"]] == [6, 128]
+    assert all(abs(emb["cosine"][i][i] - 1) < 1e-3 for i in range(6))
+    check = demo.check_predictions(predictions)
+    assert len(check["hits"]) == 5 and len(check["same"]) == 3
+    assert f"right word in the top 5: {sum(check['hits'])}/5 (" in printed
+
+    # The closing summary: first and last loop, the exports with sizes, what to run next.
+    assert [p[0] for p in progress] == list(range(15, 151, 15))
+    assert re.search(r"first loop +15 +[0-9.]+ +[0-9.]+\nlast loop +150 ", printed)
+    assert re.search(r"export/bert_demo_encoder/1 +[0-9.]+ MB", printed)
+    assert "bert-run-classifier --task_name=mrpc" in printed
+    step5 = printed.split("==> 5/6")[1].split("==> 6/6")[0]
+    assert "right word in the top 5: " in step5 and '{"' not in step5  # no raw JSON
+
+    # Each step says how long it took, wall and CPU seconds (issue 40), and the summary lists them.
+    steps = re.findall(r"\(step (\d)/6: [0-9.]+ s, CPU [0-9.]+ s\)\n", printed)
+    assert steps == ["1", "2", "3", "4", "5", "6"], printed
+    assert re.search(r"step  seconds  CPU seconds\n(\d/6 +[0-9.]+ +[0-9.]+\n?){6}", printed)
+
+    # What step 6 prints: how to serve this very export.
+    assert f"--model_base_path={export_base}/bert_demo" in printed
+    assert "fill-mask (top 5 per [MASK]):" in printed
+
+
 def test_commands_help_from_the_installed_wheel(venv, tmp_path):
     for command, flag in (("bert-demo", "--train_steps"), ("bert-convert", "--source"),
                           ("bert-create-pretraining-data", "--masked_lm_prob"),
+                          ("bert-run-pretraining", "--num_train_steps"),
                           ("bert-export-savedmodel", "--export_base")):
         proc = _check(_run(venv, tmp_path, command, "--help"), command)
         assert flag in proc.stdout, (command, proc.stdout[:2000])
