@@ -35,7 +35,8 @@ of means: percentile bootstrap over replicates (10,000 resamples, seed 0) and
 Fieller's (paired, t quantile). A Model Garden final not well above the unigram baseline is
 INVALID. Replicate 1 checks that bert_tf's eval of Model Garden's final weights gives its number.
 Goal (bert-mini, seq 128, packed, fp32): >= 2.0x faster than Model Garden, interval above 1.5x;
-"cleared" needs >= 5 replicates, none censored or INVALID, and both intervals above 1.5x.
+"cleared" needs >= 5 replicates, none censored or INVALID, eval parity equal, and both
+intervals above 1.5x.
 
   .venv/bin/python bench/time_to_quality.py --quick      # smoke: 1 replicate, 40 steps
   .venv/bin/python bench/time_to_quality.py              # 5 replicates, mini + tiny, all arms
