@@ -317,6 +317,8 @@ def main():
                     help="skip the eval parity check (replicate 1)")
     ap.add_argument("--workdir")
     ap.add_argument("--json", default=os.path.join(REPO, "bench", "out", "time_to_quality.json"))
+    ap.add_argument("--resume", action="store_true", help="keep the (model, replicate) results "
+                    "already in --json from a run with the same settings; run the others")
     args = ap.parse_args()
     if args.quick:
         args.replicates, args.steps, args.eval_at = 1, "40", "0.5,1"
@@ -332,7 +334,17 @@ def main():
     print(f"# {os.cpu_count()} cores, bf16 hardware: {', '.join(bf16) or 'none (emulated)'}; "
           f"TF {tf.__version__}; " + " ".join([os.path.basename(sys.executable)] + sys.argv),
           flush=True)
-    out, data = {"args": dict(vars(args)), "models": {}}, {}
+    out, data, done = {"args": dict(vars(args)), "models": {}}, {}, {}
+    if args.resume and os.path.exists(args.json):
+        with open(args.json) as f:
+            old = json.load(f)
+        same = ("workdir", "json", "resume", "replicates", "seeds", "models")
+        changed = [k for k, v in old["args"].items() if k not in same and vars(args).get(k) != v]
+        if changed:
+            ap.error(f"--resume: {args.json} was run with other settings ({', '.join(changed)})")
+        done = {(name, r["seed"]): r for name, m in old["models"].items()
+                for r in m["replicates"]}
+        print(f"resuming: {len(done)} replicate(s) from {args.json}", flush=True)
     for seed in args.seeds:
         vocab, files = quality_data(args.workdir, args, seed)
         data[seed] = (vocab, files, unigram_baseline(files, args.quality_preds))
@@ -341,10 +353,14 @@ def main():
         out["models"][name] = {"steps": n, "replicates": []}
         for seed in args.seeds:
             vocab, files, baseline = data[seed]
-            print(f"[{time.time() - START:.0f} s] bert-{name} replicate {seed}: {n} steps",
-                  flush=True)
-            curves, facts = run_replicate(name, seed, args, files, vocab, n)
-            facts["baseline"] = baseline
+            if (name, seed) in done:  # --resume: measured by an earlier run
+                curves, facts = done[name, seed]["curves"], done[name, seed]["facts"]
+                facts["resumed"] = True
+            else:
+                print(f"[{time.time() - START:.0f} s] bert-{name} replicate {seed}: {n} steps",
+                      flush=True)
+                curves, facts = run_replicate(name, seed, args, files, vocab, n)
+                facts["baseline"] = baseline
             results.append((seed, curves, facts))
             print("  " + json.dumps({k: v for k, v in facts.items() if k != "chunk_seconds"}),
                   flush=True)

@@ -23,19 +23,20 @@ from bert_tf.training.distribute import split_cpu  # noqa: E402
 TWO_CPUS = split_cpu(2)
 
 # Seconds per file (default suite, 2 cores, a fresh clone without the peers as CI has it,
-# 2026-11-29: 1,435 s wall; the 30 longest). Files run longest first, so that `make test`'s
+# 2026-11-29: 1,243 s wall; the 30 longest). Files run longest first, so that `make test`'s
 # two workers (one file each at a time) do not end with one long file on one worker while the
 # other idles; within a file the order is unchanged.
 FILE_SECONDS = {
-    "test_serve_path.py": 176, "test_doc_blocks.py": 173, "test_training.py": 167,
-    "test_export.py": 164, "test_preemption.py": 143, "test_real_length_training.py": 125,
-    "test_formats.py": 107, "test_demo.py": 106, "test_install.py": 96, "test_tfhub_dropin.py": 94,
-    "test_tasks_learn.py": 94, "test_two_phase.py": 91, "test_convert_cli.py": 88,
-    "test_packed_training.py": 79, "test_untrusted_sources.py": 72, "test_tasks_e2e.py": 71,
-    "test_xla.py": 71, "test_text_graph.py": 69, "test_pretrained.py": 66, "test_handoffs.py": 65,
-    "test_input_pipeline.py": 61, "test_output.py": 56, "test_real_length_policy.py": 52,
-    "test_docs.py": 49, "test_real_length_serving.py": 49, "test_bf16.py": 33,
-    "test_labels.py": 32, "test_packed_schema.py": 30, "test_trainer.py": 29, "test_model.py": 27,
+    "test_training.py": 192, "test_export.py": 136, "test_real_length_training.py": 121,
+    "test_preemption.py": 116, "test_two_phase.py": 112, "test_install.py": 109,
+    "test_tasks_learn.py": 104, "test_doc_blocks.py": 99, "test_serve_path.py": 97,
+    "test_formats.py": 93, "test_packed_training.py": 92, "test_docs.py": 74,
+    "test_convert_cli.py": 69, "test_xla.py": 68, "test_tasks_e2e.py": 66,
+    "test_real_length_serving.py": 63, "test_tfhub_dropin.py": 63, "test_input_pipeline.py": 59,
+    "test_output.py": 59, "test_text_graph.py": 59, "test_untrusted_sources.py": 54,
+    "test_bf16.py": 48, "test_real_length_policy.py": 44, "test_pretrained.py": 43,
+    "test_trainer.py": 34, "test_embeddings.py": 30, "test_handoffs.py": 25, "test_model.py": 21,
+    "test_packed_schema.py": 20, "test_export_serving.py": 19,
 }
 
 
