@@ -60,6 +60,7 @@ from bert_tf.pretraining_data.sequence_packing_run import PackOptions, run as pa
 from bert_tf.tokenization import vocab_builder  # noqa: E402
 from bert_tf.pretraining import pretraining  # noqa: E402
 from bert_tf.training.distribute import get_strategy  # noqa: E402
+from curves import first_time, mean_curve  # noqa: E402
 
 VOCAB_SIZE = 30522
 PRED = {128: 20, 512: 80}  # the original README's values
@@ -274,25 +275,6 @@ def time_to_quality(files, vocab, args, batch, per_row, seed):
             done += n
         evaluate(done)
     return batches, seqs, curves
-
-
-def first_time(curve, target):
-    """Training seconds at which the curve first reaches `target`, linear between
-    evaluations (None: never)."""
-    prev = None
-    for _, t, acc in curve:
-        if acc >= target - 1e-9:
-            if prev is None or prev[1] >= acc:
-                return t
-            return prev[0] + (t - prev[0]) * (target - prev[1]) / (acc - prev[1])
-        prev = (t, acc)
-    return None
-
-
-def mean_curve(curves):
-    """The pointwise mean of replicate curves [(step, seconds, accuracy)] (same steps)."""
-    return [(points[0][0], float(np.mean([p[1] for p in points])),
-             float(np.mean([p[2] for p in points]))) for points in zip(*curves)]
 
 
 def ttq_line(name, unpacked, packed):

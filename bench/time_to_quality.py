@@ -45,8 +45,10 @@ Writes bench/out/time_to_quality.json. Needs the peers (tf-models-official, tf_k
 """
 import argparse
 import gc
+import hashlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -192,7 +194,7 @@ def our_options(args, out, kind, seed, steps, batch, init, precision="none", **e
     return pretraining.PretrainingOptions(**{**fields, **extra})
 
 
-def make_arms(name, seed, args, files, vocab, steps, out):
+def make_arms(name, seed, args, files, vocab, steps, out, arms):
     """The arms of one (model, replicate), Model Garden's first (its initial weights are the
     others' start); (arms, facts)."""
     cfg, cfg_file = model_config(name, vocab, args, out)
@@ -200,7 +202,8 @@ def make_arms(name, seed, args, files, vocab, steps, out):
     packed_rows = max(1, round(args.batch / (seqs / rows)))  # packing.py: same sequences
     batch = max(1, round(packed_rows * seqs / rows))  # ... to half a sequence
     init = os.path.join(out, "mg-init", "ckpt")
-    arms = {"mg": MgArm(cfg_file, files, batch, seed, args, steps, init)}
+    arms["mg"] = MgArm(cfg_file, files, batch, seed, args, steps, init)  # into the caller's
+    # dict as each arm starts: a failure in a later one still closes the child
     facts = {"batch": batch, "packed_rows": packed_rows, "cfg": cfg, "init": init}
     wanted = args.arms.split(",")
     for kind, path, rows_, precision in (("plain", files["train"], batch, "none"),
@@ -223,7 +226,17 @@ def make_arms(name, seed, args, files, vocab, steps, out):
         arm.eval512, arm.n1 = d512["eval"], n1
         arms["two_phase"] = arm
         facts.update(rows512=rows512, phase1_steps=n1, sequences_per_row512=per_row)
-    return arms, facts
+    return facts
+
+
+def code_version():
+    """What the numbers depend on besides the flags: the commit, and a hash of the bench's
+    and bert_tf's uncommitted changes (--resume refuses to mix versions)."""
+    def git(*cmd):
+        return subprocess.run(["git", "-C", REPO, *cmd], capture_output=True, text=True).stdout
+    diff = git("diff", "HEAD", "--", "bench", "bert_tf")
+    return git("rev-parse", "HEAD").strip() + ("+" + hashlib.sha256(diff.encode()).hexdigest()[:12]
+                                               if diff else "")
 
 
 def phase1_steps(steps):
@@ -247,8 +260,7 @@ def run_replicate(name, seed, args, files, vocab, steps):
 
 
 def _run_replicate(name, seed, args, files, vocab, steps, out, arms):
-    made, facts = make_arms(name, seed, args, files, vocab, steps, out)
-    arms.update(made)
+    facts = make_arms(name, seed, args, files, vocab, steps, out, arms)
     clock, chunks = dict.fromkeys(arms, 0.0), {k: [] for k in arms}
     seqs = {k: a.traced for k, a in arms.items()}
     curves = {k: [] for k in arms}
@@ -329,6 +341,7 @@ def main():
         ap.error(f"--steps={args.steps} names no step count for --models {','.join(missing)}")
     args.seeds = list(range(1, args.replicates + 1))
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench-ttq-")
+    args.code = code_version()
     tf.get_logger().setLevel("ERROR")
     bf16 = [f for f in CPU_BF16_FLAGS if f in cpu_flags()]
     print(f"# {os.cpu_count()} cores, bf16 hardware: {', '.join(bf16) or 'none (emulated)'}; "
@@ -339,11 +352,18 @@ def main():
         with open(args.json) as f:
             old = json.load(f)
         same = ("workdir", "json", "resume", "replicates", "seeds", "models")
-        changed = [k for k, v in old["args"].items() if k not in same and vars(args).get(k) != v]
-        if changed:
-            ap.error(f"--resume: {args.json} was run with other settings ({', '.join(changed)})")
+        keys = (set(old["args"]) | set(vars(args))) - set(same)
+        changed = sorted(k for k in keys if old["args"].get(k) != vars(args).get(k))
+        if changed:  # "code" included: another bench or bert_tf version measures differently
+            ap.error(f"--resume: {args.json} was run with other settings or code "
+                     f"({', '.join(changed)})")
         done = {(name, r["seed"]): r for name, m in old["models"].items()
                 for r in m["replicates"]}
+        dropped = sorted(k for k in done if k[0] not in args.models.split(",")
+                         or k[1] not in args.seeds)
+        if dropped:  # the rewritten file would lose them
+            ap.error(f"--resume: {args.json} holds replicates these --models/--replicates "
+                     f"would drop: {dropped}")
         print(f"resuming: {len(done)} replicate(s) from {args.json}", flush=True)
     for seed in args.seeds:
         vocab, files = quality_data(args.workdir, args, seed)

@@ -4,13 +4,25 @@ import json
 import os
 
 import numpy as np
-from scipy import stats
 
-from packing import first_time, mean_curve
+from curves import first_time, mean_curve
 
 ARMS = ("mg", "plain", "packed", "packed_bf16", "two_phase")
 GOAL, GOAL_LOW = 2.0, 1.5
 PARITY_TOLERANCE = 1e-4  # bert_tf's eval of Model Garden's weights vs Model Garden's own
+MIN_REPLICATES = 5  # below this no interval is stated (a bootstrap of 2 is their min and max)
+# Student's t, 97.5% quantile, by degrees of freedom (scipy is not in the tested set).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df):
+    """Student's t 97.5% quantile; above df 30 the value at the next lower tabled df (30, 40,
+    60, 120: a slightly wider interval, never a narrower one)."""
+    if df <= len(_T975):
+        return _T975[df - 1]
+    return 2.042 if df < 40 else 2.021 if df < 60 else 2.000 if df < 120 else 1.980
 
 
 def ratio_interval(t_mg, t_arm, resamples=10_000):
@@ -22,7 +34,7 @@ def ratio_interval(t_mg, t_arm, resamples=10_000):
     lo, hi = np.percentile(boot, [2.5, 97.5])
     fieller = None
     if n > 2:  # {r: (mean x - r mean y)^2 <= t^2 var(mean x - r mean y)}, paired
-        t2, c = stats.t.ppf(0.975, n - 1) ** 2 / n, np.cov(x, y)
+        t2, c = t975(n - 1) ** 2 / n, np.cov(x, y)
         a, b = y.mean() ** 2 - t2 * c[1, 1], x.mean() * y.mean() - t2 * c[0, 1]
         d = b * b - a * (x.mean() ** 2 - t2 * c[0, 0])
         fieller = ((b - d ** 0.5) / a, (b + d ** 0.5) / a) if a > 0 and d >= 0 else None
@@ -61,15 +73,17 @@ def summarize(name, results, args):
         per = ", ".join(("<" if s in censored else "") + f"{m / v:.2f}"  # censored: upper bound
                         for s, m, v in zip(seeds, t_mg, t_arm))
         # A percentile bootstrap over few replicates is too narrow: Fieller's bound decides too.
-        clears = (ratio >= GOAL and boot[0] > GOAL_LOW and fieller is not None
-                  and fieller[0] > GOAL_LOW and len(seeds) >= 5 and not censored
+        clears = bool(ratio >= GOAL and boot[0] > GOAL_LOW and fieller is not None
+                  and fieller[0] > GOAL_LOW and len(seeds) >= MIN_REPLICATES and not censored
                   and not set(seeds) & set(invalid_seeds) and parity_ok)
         fl = "unbounded" if fieller is None else f"[{fieller[0]:.2f}, {fieller[1]:.2f}]"
+        interval = (f"95% bootstrap [{boot[0]:.2f}, {boot[1]:.2f}], Fieller {fl}"
+                    if len(seeds) >= MIN_REPLICATES else
+                    f"no interval (n = {len(seeds)} < {MIN_REPLICATES})")
         totals = [np.mean([times[k][s][1] for s in seeds]) for k in (a, "mg")]
         print(f"{a} ({len(seeds)} replicates): all steps {totals[0]:.1f} s (MG {totals[1]:.1f} s,"
               f" {totals[1] / totals[0]:.2f}x); to target: per replicate MG/ours {per}; ratio of "
-              f"means {ratio:.2f}x, 95% bootstrap [{boot[0]:.2f}, {boot[1]:.2f}], "
-              f"Fieller {fl}" + (f"; censored: replicate(s) {censored} (counted at their total:"
+              f"means {ratio:.2f}x, {interval}" + (f"; censored: replicate(s) {censored} (counted at their total:"
                                  " the ratio is an upper bound)" if censored else "")
               + f"; >= {GOAL}x with interval > {GOAL_LOW}x: "
               + ("cleared" if clears else "NOT cleared")

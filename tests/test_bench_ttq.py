@@ -1,0 +1,86 @@
+"""bench/time_to_quality.py's statistics (bench/ttq_report.py, bench/curves.py): the ratio's
+intervals, censoring, the parity gate, curve arithmetic. numpy only, no TensorFlow."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "bench"))
+import curves  # noqa: E402
+import ttq_report  # noqa: E402
+
+
+def test_t_quantiles_are_students():
+    assert ttq_report.t975(1) == 12.706 and ttq_report.t975(4) == 2.776
+    assert ttq_report.t975(30) == 2.042 and ttq_report.t975(35) == 2.042  # never narrower
+    assert ttq_report.t975(200) == 1.980
+
+
+def test_fieller_bounds_are_where_the_paired_t_statistic_is_the_quantile():
+    x = np.array([20.0, 22.0, 19.0, 25.0, 21.0])  # Model Garden's seconds
+    y = np.array([9.0, 10.5, 8.0, 11.0, 10.0])   # an arm's
+    ratio, boot, (lo, hi) = ttq_report.ratio_interval(x, y)
+    assert ratio == pytest.approx(x.mean() / y.mean())
+
+    def t_stat(r):  # x - r y per replicate, its mean over its standard error
+        d = x - r * y
+        return d.mean() / (d.std(ddof=1) / np.sqrt(len(d)))
+    q = ttq_report.t975(len(x) - 1)
+    assert t_stat(lo) == pytest.approx(q, rel=1e-9)
+    assert t_stat(hi) == pytest.approx(-q, rel=1e-9)
+    assert abs(t_stat(ratio)) < q and abs(t_stat(lo * 0.99)) > q and abs(t_stat(hi * 1.01)) > q
+    assert lo < boot[0] <= ratio <= boot[1] < hi  # the bootstrap is the narrower one here
+
+
+def test_first_time_interpolates_and_says_never():
+    curve = [(50, 10.0, 0.1), (100, 20.0, 0.3)]
+    assert curves.first_time(curve, 0.2) == pytest.approx(15.0)
+    assert curves.first_time(curve, 0.05) == 10.0
+    assert curves.first_time(curve, 0.31) is None
+
+
+def test_mean_curve_refuses_replicates_evaluated_at_other_steps():
+    a, b = [(50, 10.0, 0.1), (100, 20.0, 0.3)], [(50, 12.0, 0.2), (100, 22.0, 0.4)]
+    assert curves.mean_curve([a, b]) == [(50, 11.0, pytest.approx(0.15)),
+                                         (100, 21.0, pytest.approx(0.35))]
+    with pytest.raises(ValueError, match="different steps"):
+        curves.mean_curve([a, [(40, 12.0, 0.2), (100, 22.0, 0.4)]])
+
+
+def _results(n, speedup, censor=(), parity=(0.2, 0.2)):
+    """n replicates: Model Garden reaches its final 0.20 at ~20 s; the arm `speedup` times
+    sooner (a little spread), or never (seeds in `censor`)."""
+    out = []
+    for seed in range(1, n + 1):
+        t = 20.0 + seed % 3
+        mg = [(50, t / 2, 0.12), (100, t, 0.20)]
+        arm = t / speedup * (1 + 0.02 * (seed % 2))
+        packed = ([(50, arm / 2, 0.15), (100, arm, 0.199)] if seed in censor
+                  else [(50, arm, 0.20), (100, arm * 2, 0.25)])
+        facts = {"baseline": 0.05, **({"parity": parity} if seed == 1 else {})}
+        out.append((seed, {"mg": mg, "packed": packed}, facts))
+    return out
+
+
+@pytest.mark.parametrize("case, results, cleared", [
+    ("5 replicates, 3x", _results(5, 3.0), True),
+    ("one censored", _results(5, 3.0, censor={4}), False),
+    ("parity off", _results(5, 3.0, parity=(0.2, 0.21)), False),
+    ("4 replicates", _results(4, 3.0), False),
+    ("1.8x", _results(5, 1.8), False),
+])
+def test_cleared_needs_replicates_no_censoring_parity_and_the_goal(case, results, cleared,
+                                                                     capsys):
+    summary = ttq_report.summarize("mini", results, None)
+    assert summary["packed"]["cleared"] is cleared, case
+    printed = capsys.readouterr().out
+    assert (": cleared (the goal's row)" in printed) is cleared
+    if case == "one censored":
+        assert summary["packed"]["censored"] == [4]
+        assert "upper bound" in printed
+    if case == "4 replicates":
+        assert "no interval (n = 4 < 5)" in printed
+    if case == "parity off":
+        assert "PARITY FAILED" in printed
