@@ -81,12 +81,14 @@ SLOW = {
     ("README.md", "bert-pack-pretraining-data"),  # packs the block above's records: ~25 s
     # two phases in one command, ~30 s; tests/test_two_phase.py runs the same recipe
     ("docs/long_runs.md", "bert-run-pretraining --bert_config_file=uncased_L-12_H-768_A-12/"),
-    # slow: tests/test_serve_path.py::test_fit_export_serve_in_a_process_without_bert_tf (the
-    # same Hugging Face text classifier, fit) and tests/test_docs.py::test_api_examples_run (API.md block 5: from_pretrained of a release
-    # directory, a text classifier's fit / predict / save .keras)
+    # slow: tests/test_serve_path.py::test_fit_export_serve (the same Hugging Face text
+    # classifier, fit) and tests/test_docs.py::test_api_examples_run (API.md block 5:
+    # from_pretrained of a release directory, a text classifier's fit / predict / save .keras)
     ("docs/models.md", "import bert_tf"),
-    # slow: tests/test_demo.py::test_demo_end_to_end (step 5, bert_tf/demo_predict.py: the same
-    # keras.Input -> TFSMLayer preprocessor -> TFSMLayer encoder -> keras.Model)
+    # slow: tests/test_install.py::test_demo_through_the_installed_wheel (the installed
+    # bert-demo's step 5, bert_tf/demo_predict.py in a fresh process: the same keras.Input ->
+    # TFSMLayer preprocessor -> TFSMLayer encoder -> keras.Model on the demo's exports, called
+    # on a batch of text; it reads sequence_output where this block reads pooled_output)
     ("docs/models.md", "import keras, tensorflow as tf, tensorflow_text"),
     # slow: tests/test_embeddings.py::test_mean_pooling_and_normalize_from_the_sentence_
     # transformers_files (from_pretrained(task="embeddings", text_input=True) of a Hugging Face
@@ -107,12 +109,14 @@ SLOW = {
     ("export/README.md", "import keras\nfrom bert_tf.export import load_as_keras_layer"),
     # slow: tests/test_export_serving.py::test_export_script_from_original_tf1_checkpoint (this
     # command's run() on an original release's TF1 checkpoint into <export_base>/<model_name>/1;
-    # the script as a process: test_export_script_errors_are_one_line there; the fill_mask
-    # export itself: the world's, export_for_serving, which the layout and REST body tests read)
+    # the script as a process: test_export_script_errors_are_one_line there, and to a
+    # successful export tests/test_serve_path.py::test_export_savedmodel_takes_a_keras_file;
+    # the fill_mask export itself: the world's, export_for_serving, which the layout and REST
+    # body tests read)
     ("export/README.md", "bert-export-savedmodel --bert_config_file"),
-    # slow: tests/test_serve_path.py::test_fit_export_serve_in_a_process_without_bert_tf (its
-    # fixture: from_pretrained of a Hugging Face directory, task="classification", text_input,
-    # fit on a list of strings, export to models/clf/1)
+    # slow: tests/test_serve_path.py::test_fit_export_serve (its fixture: from_pretrained of a
+    # Hugging Face directory, task="classification", text_input, fit on a list of strings,
+    # export to models/clf/1)
     ("README.md", "import bert_tf\nclf = bert_tf.from_pretrained"),
     # (the REST body of README.md's curl, on the export the block above writes) slow:
     # test_rest_body[export/README.md:114] (a row-format body of strings on a classification

@@ -131,9 +131,9 @@ def test_export_script_from_original_tf1_checkpoint(tmp_path):
         build_model(BertPretrainer(BertEncoder.from_bert_config(cfg))),
         str(tmp_path / "bert_model.ckpt"))
     assert checkpoints.is_tf1_checkpoint(prefix)
-    # The script's run() in this process (the script as a process:
-    # test_export_script_errors_are_one_line; its `exported <path>` line: test_serve_path's
-    # keras-file export)
+    # The script's run() in this process (the script as a process: its errors in
+    # test_export_script_errors_are_one_line; a successful export, exit 0 and its
+    # `exported <path>` line: test_serve_path.py::test_export_savedmodel_takes_a_keras_file)
     from conftest import run_export_savedmodel
     version = tmp_path / "export" / "bert" / "1"
     assert run_export_savedmodel([f"--bert_config_file={tmp_path / 'bert_config.json'}",

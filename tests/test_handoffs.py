@@ -76,17 +76,25 @@ def test_keras_file_loads(hf_dir, tmp_path):
     np.testing.assert_array_equal(again(TEXT).numpy(), clf(TEXT).numpy())  # eager calls
 
 
-def test_extract_features_needs_only_init_checkpoint(hf_dir, tmp_path, capsys):
-    # The command's hand-off and run in this process (the command as a process, its flags
-    # parsed: tests/test_vocab_check.py::test_extract_features_refuses_a_wrong_vocab_in_one_line)
-    from bert_tf.tasks import cli, features
+def test_extract_features_needs_only_init_checkpoint(hf_dir, tmp_path):
+    # The command as a process (the checkout's extract_features.py: bert-extract-features'
+    # main(), its flags parsed), to success: exit 0, its `note:` line on stderr and its
+    # `wrote N lines` line last on stdout. Its BertError as one line: in-process in
+    # tests/test_vocab_check.py::test_extract_features_refuses_a_wrong_vocab_in_one_line.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     (tmp_path / "in.txt").write_text("the movie was good\n")
-    cli.with_handoff(features.run)(features.FeatureConfig(
-        init_checkpoint=hf_dir, layers="-1", input_file=str(tmp_path / "in.txt"),
-        output_file=str(tmp_path / "o.jsonl"), max_seq_length=16))
+    out = tmp_path / "o.jsonl"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "extract_features.py"), f"--init_checkpoint={hf_dir}",
+         "--layers=-1", f"--input_file={tmp_path / 'in.txt'}", f"--output_file={out}",
+         "--max_seq_length=16"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=root))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == f"wrote 1 lines to {out}"
     assert (f"note: --bert_config_file, --vocab_file, --do_lower_case=True from "
-            f"--init_checkpoint={hf_dir}") in capsys.readouterr().err.splitlines()
-    line = json.loads((tmp_path / "o.jsonl").read_text().splitlines()[0])
+            f"--init_checkpoint={hf_dir}") in proc.stderr.splitlines()
+    line = json.loads(out.read_text().splitlines()[0])
     assert [f["token"] for f in line["features"]] == ["[CLS]", "the", "movie", "was", "good",
                                                       "[SEP]"]
 

@@ -174,7 +174,15 @@ def setup(data):
 
 # run_pretraining.py's main() without the export at the end of training (~25 s a process on
 # busy cores; these tests compare checkpoints and eval results, test_output's 300-step run and
-# test_training's CLI test run the script with its export).
+# test_training's CLI test run the script with its export). The multi-worker test's resumed
+# cluster keeps the export (export=True): the default suite's two-worker export, chief only.
+_WITH_EXPORT = textwrap.dedent("""
+    import sys
+    from bert_tf.commands import run_pretraining as command
+
+    sys.argv[0] = "run_pretraining.py"
+    command.main()
+""")
 _NO_EXPORT = textwrap.dedent("""
     import sys
     from bert_tf.commands import run_pretraining as command
@@ -190,12 +198,12 @@ _NO_EXPORT = textwrap.dedent("""
 """)
 
 
-def _start(setup, out, env=None, log_name=None, **flags):
+def _start(setup, out, env=None, log_name=None, export=False, **flags):
     args = setup["args"] + [f"--output_dir={out}"]
     args += [f"--{k}={v}" for k, v in {**FLAGS, **flags}.items()]
     log_path = log_name or f"{out}.log"
     log = open(log_path, "a")
-    proc = subprocess.Popen([sys.executable, "-c", _NO_EXPORT] + args,
+    proc = subprocess.Popen([sys.executable, "-c", _WITH_EXPORT if export else _NO_EXPORT] + args,
                             env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=REPO,
                                      **(env or {})),
                             cwd=setup["dir"], stdout=log, stderr=subprocess.STDOUT)
@@ -290,14 +298,14 @@ def test_sigterm_exits_75_then_sigkill_and_the_same_command_resumes_exactly(setu
 
 # ---- run_pretraining.py --strategy=multi_worker: two processes -------------------------------
 
-def _cluster(setup, out, run, **flags):
+def _cluster(setup, out, run, export=False, **flags):
     workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
     procs = []
     for i in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
         procs.append(_start(setup, out, env={"TF_CONFIG": json.dumps(tf_config)},
                             log_name=f"{out}-{run}-worker{i}.log", strategy="multi_worker",
-                            **flags))
+                            export=export, **flags))
     return procs
 
 
@@ -310,7 +318,9 @@ def _variables(checkpoint):
 
 def test_sigterm_to_one_worker_stops_both_at_one_step_and_they_resume_exactly(data):
     """Three 2-worker clusters (uninterrupted, preempted, resumed); the uninterrupted and the
-    resumed runs' last checkpoints (model, optimizer slots, dropout RNG, ...) are compared."""
+    resumed runs' last checkpoints (model, optimizer slots, dropout RNG, ...) are compared.
+    The resumed cluster exports (the chief to output_dir/export, worker 1 to a scratch
+    folder): the default suite's multi-worker export."""
     flags = dict(num_train_steps=60, do_eval=False)
     ref = data["dir"] / "mw-reference"
     assert [_finish(p) for p in _cluster(data, ref, "run", **flags)] == [0, 0]
@@ -325,10 +335,19 @@ def test_sigterm_to_one_worker_stops_both_at_one_step_and_they_resume_exactly(da
     # SIGTERM to exit within a Kubernetes grace period (30 s), TF's teardown included.
     assert max(latency for _, latency in stopped) < 30, stopped
     step = steps.pop()
-    procs = _cluster(data, out, "resumed", **flags)
+    assert not (out / "export").exists()
+    procs = _cluster(data, out, "resumed", export=True, **flags)
     assert [_finish(p) for p in procs] == [0, 0], _log(procs[0])[-3000:]
     for p in procs:
         assert f"model.ckpt-{step} (step {step})" in _log(p)
+    # Chief-only export: worker 0 prints where it exported; worker 1 exported to a scratch
+    # folder (the collectives need both) and prints nothing.
+    chief_log, other_log = (_log(p) for p in procs)
+    assert f"exported the encoder to {out / 'export'} (ids in;" in chief_log, chief_log[-3000:]
+    assert "exported the encoder to" not in other_log, other_log[-3000:]
+    assert re.search(r"exported the ids-in encoder to \S*bert_tf-worker-export-\w+/export;",
+                     other_log), other_log[-3000:]
+    assert (out / "export" / "saved_model.pb").exists()
     want = _variables(str(ref / "model.ckpt-60"))
     got = _variables(str(out / "model.ckpt-60"))
     assert sorted(got) == sorted(want) and any(k.startswith("dropout_rng/") for k in got)

@@ -61,7 +61,7 @@ def served(tmp_path_factory):
     return dict(base=base, hf=hf_dir, clf=clf, history=history, version=version)
 
 
-def test_fit_export_serve_in_a_process_without_bert_tf(served):
+def test_fit_export_serve(served):
     # The export's signatures called here (in a process with only TensorFlow + tf_text:
     # test_export_serves_in_a_process_without_bert_tf, slow)
     clf, version = served["clf"], served["version"]
@@ -97,8 +97,7 @@ def test_fit_export_serve_in_a_process_without_bert_tf(served):
 
 # slow: tests/test_export.py::test_fresh_process_matches_in_memory_models (a process with only
 # TensorFlow + tf_text, no bert_tf, serves text-in exports of the same EndToEndModule that
-# model.export writes; this export's outputs in this process:
-# test_fit_export_serve_in_a_process_without_bert_tf)
+# model.export writes; this export's outputs in this process: test_fit_export_serve)
 @pytest.mark.slow
 def test_export_serves_in_a_process_without_bert_tf(served):
     clf, version = served["clf"], served["version"]
@@ -204,9 +203,9 @@ def test_ids_models_take_lists_and_export_ids_in(served, tmp_path):
         (1, 3), (2, 3), (1, 3), (2, 3)]
 
 
-# slow: test_fit_export_serve_in_a_process_without_bert_tf (export_model's text-in path: a
-# text-in model's export writes its vocab to a file and takes the same vocab_file branch,
-# EndToEndModule, as an ids model exported with vocab_file=)
+# slow: test_fit_export_serve (export_model's text-in path: a text-in model's export writes
+# its vocab to a file and takes the same vocab_file branch, EndToEndModule, as an ids model
+# exported with vocab_file=)
 @pytest.mark.slow
 def test_ids_model_exports_text_in_with_its_vocab(served, tmp_path):
     clf, ids, want = _ids_classifier(served)
@@ -216,27 +215,31 @@ def test_ids_model_exports_text_in_with_its_vocab(served, tmp_path):
     np.testing.assert_allclose(got["logits"].numpy(), want, atol=1e-5)
 
 
-def test_export_savedmodel_takes_a_keras_file(served, capsys):
+def test_export_savedmodel_takes_a_keras_file(served):
     from conftest import run_export_savedmodel
     base = served["base"]
     keras_file = str(base / "clf.keras")
-    served["clf"].save(keras_file)
-    # The command's app_main in this process (the script as a process, its flags parsed and a
-    # BertError its one `error:` line and exit 1:
-    # test_export_serving.py::test_export_script_errors_are_one_line)
-    capsys.readouterr()
-    assert run_export_savedmodel([f"--init_checkpoint={keras_file}",
-                                  f"--export_base={base / 'cli'}", "--model_name=clf"],
-                                 app_main=True) is None
+    served["clf"].save(keras_file)  # compiled and fit
+    # The command as a process (the checkout's export_savedmodel.py: bert-export-savedmodel's
+    # main(), its flags parsed) to a successful export, its `exported <path>` line last on
+    # stdout: the default suite's successful run of the script as a process (its errors as
+    # processes: test_export_serving.py::test_export_script_errors_are_one_line).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "export_savedmodel.py"),
+         f"--init_checkpoint={keras_file}", f"--export_base={base / 'cli'}", "--model_name=clf"],
+        cwd=str(base), capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=root))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     version = str(base / "cli" / "clf" / "1")
-    assert capsys.readouterr().out.strip().split("\n")[-1] == f"exported {version}"
+    assert proc.stdout.strip().split("\n")[-1] == f"exported {version}"
     out = tf.saved_model.load(version).signatures["serving_default"](text=tf.constant(PROBE))
     np.testing.assert_allclose(out["logits"].numpy(), served["clf"].predict(PROBE, verbose=0),
                                atol=1e-5)
     meta = json.load(open(os.path.join(version, "assets.extra", "bert_tf_export.json")))
     assert (meta["task"], meta["seq_length"], meta["model_name"]) == ("classification", 12, "clf")
-    # The refusal (the script turns a BertError into its one `error:` line and exit 1:
-    # test_export_serving.py::test_export_script_errors_are_one_line)
+    # The refusal, run() in this process (the script turns a BertError into its one `error:`
+    # line and exit 1: test_export_serving.py::test_export_script_errors_are_one_line)
     with pytest.raises(BertError) as bad:
         run_export_savedmodel([f"--init_checkpoint={keras_file}", f"--export_dir={base / 'x'}",
                                "--task=span"])

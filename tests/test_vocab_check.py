@@ -55,8 +55,8 @@ def test_extract_features_refuses_a_wrong_vocab_in_one_line(hf_dir, tmp_path):
                 input_file=str(tmp_path / "in.txt"), output_file=str(tmp_path / "o.jsonl"),
                 bert_config_file=f"{hf_dir}/config.json", vocab_file=vocab, max_seq_length=16,
                 progress=False))
-        assert f"error: {e.value}" == (
-            f"error: {vocab}: {n} lines but {hf_dir}/config.json has vocab_size 27 (wrong vocab "
+        assert str(e.value) == (
+            f"{vocab}: {n} lines but {hf_dir}/config.json has vocab_size 27 (wrong vocab "
             f"for this model? it needs as many, or fewer with vocab_size their count rounded up "
             f"to a multiple of 128)")
         assert not (tmp_path / "o.jsonl").exists()
