@@ -153,22 +153,7 @@ def test_demo_end_to_end(tmp_path, capsys):
     assert all(abs(emb["cosine"][i][i] - 1) < 1e-3 for i in range(6))
     assert len(result["check"]["hits"]) == 5 and len(result["check"]["same"]) == 3
 
-    # The closing summary: first and last loop, the exports with sizes, what to run next.
-    assert [p[0] for p in result["progress"]] == list(range(15, 151, 15))
-    assert re.search(r"first loop +15 +[0-9.]+ +[0-9.]+\nlast loop +150 ", printed)
-    assert re.search(r"bert_demo_encoder/1 +[0-9.]+ MB", printed)
-    assert "bert-run-classifier --task_name=mrpc" in printed
-    step5 = printed.split("==> 5/6")[1].split("==> 6/6")[0]
-    assert "right word in the top 5: " in step5 and '{"' not in step5  # no raw JSON
-
-    # Each step says how long it took, wall and CPU seconds (issue 40), and the summary lists them.
-    steps = re.findall(r"\(step (\d)/6: [0-9.]+ s, CPU [0-9.]+ s\)\n", printed)
-    assert steps == ["1", "2", "3", "4", "5", "6"], printed
-    assert re.search(r"step  seconds  CPU seconds\n(\d/6 +[0-9.]+ +[0-9.]+\n?){6}", printed)
-
-    # What step 6 prints: how to serve this very export.
-    assert f"--model_base_path={export_base}/bert_demo" in printed
-    assert "fill-mask (top 5 per [MASK]):" in printed
+    check_printed_summary(printed, result["progress"], export_base)
 
 
 @pytest.mark.slow  # the full demo: ~3 minutes on 2 cores
@@ -215,3 +200,22 @@ def test_a_killed_demo_leaves_no_step_running(tmp_path):
     else:
         os.kill(step, signal.SIGKILL)
         pytest.fail("the step outlived the killed demo by 5 s")
+
+
+def check_printed_summary(printed, progress, export_base):
+    """What the demo prints after its steps (also checked on the installed wheel's run,
+    tests/test_install.py): the closing summary, each step's seconds, how to serve."""
+    # The closing summary: first and last loop, the exports with sizes, what to run next.
+    assert [p[0] for p in progress] == list(range(15, 151, 15))
+    assert re.search(r"first loop +15 +[0-9.]+ +[0-9.]+\nlast loop +150 ", printed)
+    assert re.search(r"bert_demo_encoder/1 +[0-9.]+ MB", printed)
+    assert "bert-run-classifier --task_name=mrpc" in printed
+    step5 = printed.split("==> 5/6")[1].split("==> 6/6")[0]
+    assert "right word in the top 5: " in step5 and '{"' not in step5  # no raw JSON
+    # Each step says how long it took, wall and CPU seconds (issue 40), and the summary lists them.
+    steps = re.findall(r"\(step (\d)/6: [0-9.]+ s, CPU [0-9.]+ s\)\n", printed)
+    assert steps == ["1", "2", "3", "4", "5", "6"], printed
+    assert re.search(r"step  seconds  CPU seconds\n(\d/6 +[0-9.]+ +[0-9.]+\n?){6}", printed)
+    # What step 6 prints: how to serve this very export.
+    assert f"--model_base_path={export_base}/bert_demo" in printed
+    assert "fill-mask (top 5 per [MASK]):" in printed

@@ -79,11 +79,8 @@ def ids_of(src):
     return {k: v.numpy() for k, v in src["emb"].preprocessor(tf.constant(TEXTS)).items()}
 
 
-def test_export_savedmodel_embeddings_serve_what_from_pretrained_gives(src, tmp_path,
-                                                                      monkeypatch):
-    want = src["want"]  # masked mean, L2-normalised (sentence-transformers' vectors)
-    np.testing.assert_allclose(np.linalg.norm(want[:3], axis=1), 1.0, atol=1e-6)
-    out = str(tmp_path / "emb")
+def _count_reads(monkeypatch):
+    """The paths every format's read() gets from now on (until monkeypatch.undo())."""
     reads = []
 
     def counted(fmt):
@@ -92,6 +89,14 @@ def test_export_savedmodel_embeddings_serve_what_from_pretrained_gives(src, tmp_
             return fmt.read(path)
         return dataclasses.replace(fmt, read=read)
     monkeypatch.setattr(formats, "FORMATS", tuple(counted(f) for f in formats.FORMATS))
+    return reads
+
+def test_export_savedmodel_embeddings_serve_what_from_pretrained_gives(src, tmp_path,
+                                                                      monkeypatch):
+    want = src["want"]  # masked mean, L2-normalised (sentence-transformers' vectors)
+    np.testing.assert_allclose(np.linalg.norm(want[:3], axis=1), 1.0, atol=1e-6)
+    out = str(tmp_path / "emb")
+    reads = _count_reads(monkeypatch)
     # In this process (the command as a process: test_export_serving's errors test)
     assert run_export_savedmodel([f"--init_checkpoint={src['st']}", "--task=embeddings",
                                   f"--export_dir={out}"]) == out
@@ -236,14 +241,7 @@ def test_a_command_reads_init_checkpoint_once(src, tmp_path, command, monkeypatc
         args = [f"--input_file={tmp_path / 'in.txt'}", f"--output_file={out}.jsonl",
                 "--layers=-1", "--max_seq_length=16"]
     if command in ("extract_features", "export_savedmodel"):
-        reads = []
-
-        def counted(fmt):
-            def read(path):
-                reads.append(path)
-                return fmt.read(path)
-            return dataclasses.replace(fmt, read=read)
-        monkeypatch.setattr(formats, "FORMATS", tuple(counted(f) for f in formats.FORMATS))
+        reads = _count_reads(monkeypatch)
         if command == "export_savedmodel":
             assert run_export_savedmodel([f"--init_checkpoint={init}", *args]) == out
         else:

@@ -23,6 +23,8 @@ from packaging.specifiers import SpecifierSet
 from bert_tf import commands, resources
 from bert_tf.tokenization import BasicTokenizer
 
+from test_demo import check_printed_summary
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = ("create_pretraining_data", "run_pretraining", "run_classifier", "run_squad",
            "run_ner", "extract_features", "export_savedmodel", "convert", "pack_pretraining_data")
@@ -376,22 +378,8 @@ def test_demo_through_the_installed_wheel(venv, tmp_path):
     assert len(check["hits"]) == 5 and len(check["same"]) == 3
     assert f"right word in the top 5: {sum(check['hits'])}/5 (" in printed
 
-    # The closing summary: first and last loop, the exports with sizes, what to run next.
-    assert [p[0] for p in progress] == list(range(15, 151, 15))
-    assert re.search(r"first loop +15 +[0-9.]+ +[0-9.]+\nlast loop +150 ", printed)
+    check_printed_summary(printed, progress, export_base)  # as test_demo checks run_demo's
     assert re.search(r"export/bert_demo_encoder/1 +[0-9.]+ MB", printed)
-    assert "bert-run-classifier --task_name=mrpc" in printed
-    step5 = printed.split("==> 5/6")[1].split("==> 6/6")[0]
-    assert "right word in the top 5: " in step5 and '{"' not in step5  # no raw JSON
-
-    # Each step says how long it took, wall and CPU seconds (issue 40), and the summary lists them.
-    steps = re.findall(r"\(step (\d)/6: [0-9.]+ s, CPU [0-9.]+ s\)\n", printed)
-    assert steps == ["1", "2", "3", "4", "5", "6"], printed
-    assert re.search(r"step  seconds  CPU seconds\n(\d/6 +[0-9.]+ +[0-9.]+\n?){6}", printed)
-
-    # What step 6 prints: how to serve this very export.
-    assert f"--model_base_path={export_base}/bert_demo" in printed
-    assert "fill-mask (top 5 per [MASK]):" in printed
 
 
 def test_commands_help_from_the_installed_wheel(venv, tmp_path):
