@@ -133,7 +133,7 @@ class MgArm:
 
     def __init__(self, cfg_file, files, batch, seed, args, steps, init):
         extra = ["--seq", "128", "--preds", str(args.quality_preds), "--lr", str(args.lr),
-                 "--train_steps", str(steps), "--warmup", str(max(1, steps // 10)),
+                 "--train_steps", str(steps), "--warmup", str(warmup_steps(steps)),
                  "--eval_batch", str(EVAL_BATCH), "--init_out", init]
         self.child = ModelGarden(cfg_file, files["train"], batch, 1, seed=seed, extra=extra)
         self.batch, self.traced, self.eval_file = batch, float(batch), files["eval"]
@@ -188,15 +188,15 @@ def our_options(args, out, kind, seed, steps, batch, init, precision="none", **e
         output_dir=os.path.join(out, kind), max_seq_length=128,
         max_predictions_per_seq=args.quality_preds, train_batch_size=batch,
         eval_batch_size=EVAL_BATCH, learning_rate=args.lr, num_train_steps=steps,
-        num_warmup_steps=max(1, steps // 10), optimizer="adamw", iterations_per_loop=1,
+        num_warmup_steps=warmup_steps(steps), optimizer="adamw", iterations_per_loop=1,
         save_checkpoints_steps=10**9, seed=seed, progress=False, strategy="one_device",
         mixed_precision=precision, init_checkpoint=init)
     return pretraining.PretrainingOptions(**{**fields, **extra})
 
 
 def make_arms(name, seed, args, files, vocab, steps, out, arms):
-    """The arms of one (model, replicate), Model Garden's first (its initial weights are the
-    others' start); (arms, facts)."""
+    """Fills `arms` with the arms of one (model, replicate), Model Garden's first (its initial
+    weights are the others' start); returns the facts."""
     cfg, cfg_file = model_config(name, vocab, args, out)
     _, rows, seqs = padding_share(files["packed"], 128)
     packed_rows = max(1, round(args.batch / (seqs / rows)))  # packing.py: same sequences
@@ -237,6 +237,11 @@ def code_version():
     diff = git("diff", "HEAD", "--", "bench", "bert_tf")
     return git("rev-parse", "HEAD").strip() + ("+" + hashlib.sha256(diff.encode()).hexdigest()[:12]
                                                if diff else "")
+
+
+def warmup_steps(steps):
+    """Every arm's warm-up: a tenth of the steps."""
+    return max(1, steps // 10)
 
 
 def phase1_steps(steps):
@@ -387,7 +392,7 @@ def main():
             out["models"][name]["replicates"].append({"seed": seed, "curves": curves,
                                                       "facts": facts})
             write_json(out, args.json)  # partial results survive an interrupted run
-        out["models"][name]["summary"] = summarize(name, results, args)
+        out["models"][name]["summary"] = summarize(name, results)
     out["wall_seconds"] = time.time() - START
     write_json(out, args.json)
     print(f"\nwall {out['wall_seconds']:.0f} s; work dir {args.workdir}; wrote {args.json}")

@@ -41,7 +41,13 @@ def ratio_interval(t_mg, t_arm, resamples=10_000):
     return x.mean() / y.mean(), (float(lo), float(hi)), fieller
 
 
-def summarize(name, results, args):
+def _parity_equal(pair):
+    """bert_tf's and Model Garden's eval of the same weights agree."""
+    ours, theirs = pair
+    return abs(ours - theirs) <= PARITY_TOLERANCE
+
+
+def summarize(name, results):
     """Per-replicate rows, each arm's ratio of means and interval; the model's JSON summary.
     results: [(seed, curves, facts)]; an arm counts in the replicates it ran in."""
     arms = [a for a in ARMS if any(a in c for _, c, _ in results)]
@@ -63,7 +69,8 @@ def summarize(name, results, args):
     summary = {"mg_times": times["mg"], "invalid": invalid_seeds}
     parity = [f["parity"] for _, _, f in results if "parity" in f]
     # Not checked (--no_parity) or not equal: the accuracies are not comparable, never cleared.
-    parity_ok = bool(parity) and all(abs(a - b) <= PARITY_TOLERANCE for a, b in parity)
+    parity_ok = bool(parity) and all(map(_parity_equal, parity))
+    summary["parity_ok"] = parity_ok
     for a in arms[1:]:
         seeds = sorted(times[a])
         t_mg = [times["mg"][s][0] for s in seeds]
@@ -99,10 +106,9 @@ def summarize(name, results, args):
                   f" after phase 2; at 512 {facts['acc512']:.3f}")
         if "parity" in facts:
             ours, theirs = facts["parity"]
-            ok = abs(ours - theirs) <= PARITY_TOLERANCE
-            summary["parity_ok"] = ok
             print("eval parity (replicate %d): Model Garden's final weights, bert_tf's eval "
-                  "%.4f vs Model Garden's %.4f: %s" % (seed, ours, theirs, "equal" if ok else
+                  "%.4f vs Model Garden's %.4f: %s" % (seed, ours, theirs, "equal"
+                                                       if _parity_equal(facts["parity"]) else
                   f"PARITY FAILED (> {PARITY_TOLERANCE}): the accuracies are not comparable"))
     common = [a for a in arms if all(a in c for _, c, _ in results)]
     means = {a: mean_curve([c[a] for _, c, _ in results]) for a in common}

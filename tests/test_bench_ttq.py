@@ -73,7 +73,7 @@ def _results(n, speedup, censor=(), parity=(0.2, 0.2)):
 ])
 def test_cleared_needs_replicates_no_censoring_parity_and_the_goal(case, results, cleared,
                                                                      capsys):
-    summary = ttq_report.summarize("mini", results, None)
+    summary = ttq_report.summarize("mini", results)
     assert summary["packed"]["cleared"] is cleared, case
     printed = capsys.readouterr().out
     assert (": cleared (the goal's row)" in printed) is cleared
