@@ -15,6 +15,7 @@ from bert_tf.convert.handoff import fill_options
 from bert_tf.pretraining.options import PretrainingOptions
 from test_convert_encoder_only import write_bert_model_dir
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = ["the movie was good", "a dull film"]
 
 
@@ -81,15 +82,14 @@ def test_extract_features_needs_only_init_checkpoint(hf_dir, tmp_path):
     # main(), its flags parsed), to success: exit 0, its `note:` line on stderr and its
     # `wrote N lines` line last on stdout. Its BertError as one line: in-process in
     # tests/test_vocab_check.py::test_extract_features_refuses_a_wrong_vocab_in_one_line.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     (tmp_path / "in.txt").write_text("the movie was good\n")
     out = tmp_path / "o.jsonl"
     proc = subprocess.run(
-        [sys.executable, os.path.join(root, "extract_features.py"), f"--init_checkpoint={hf_dir}",
+        [sys.executable, os.path.join(ROOT, "extract_features.py"), f"--init_checkpoint={hf_dir}",
          "--layers=-1", f"--input_file={tmp_path / 'in.txt'}", f"--output_file={out}",
          "--max_seq_length=16"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=root))
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == f"wrote 1 lines to {out}"
     assert (f"note: --bert_config_file, --vocab_file, --do_lower_case=True from "

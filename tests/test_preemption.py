@@ -175,14 +175,8 @@ def setup(data):
 # run_pretraining.py's main() without the export at the end of training (~25 s a process on
 # busy cores; these tests compare checkpoints and eval results, test_output's 300-step run and
 # test_training's CLI test run the script with its export). The multi-worker test's resumed
-# cluster keeps the export (export=True): the default suite's two-worker export, chief only.
-_WITH_EXPORT = textwrap.dedent("""
-    import sys
-    from bert_tf.commands import run_pretraining as command
-
-    sys.argv[0] = "run_pretraining.py"
-    command.main()
-""")
+# cluster keeps the export (export=True: the script itself): the default suite's two-worker
+# export, chief only.
 _NO_EXPORT = textwrap.dedent("""
     import sys
     from bert_tf.commands import run_pretraining as command
@@ -203,7 +197,8 @@ def _start(setup, out, env=None, log_name=None, export=False, **flags):
     args += [f"--{k}={v}" for k, v in {**FLAGS, **flags}.items()]
     log_path = log_name or f"{out}.log"
     log = open(log_path, "a")
-    proc = subprocess.Popen([sys.executable, "-c", _WITH_EXPORT if export else _NO_EXPORT] + args,
+    script = [os.path.join(REPO, "run_pretraining.py")] if export else ["-c", _NO_EXPORT]
+    proc = subprocess.Popen([sys.executable] + script + args,
                             env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=REPO,
                                      **(env or {})),
                             cwd=setup["dir"], stdout=log, stderr=subprocess.STDOUT)
@@ -340,8 +335,8 @@ def test_sigterm_to_one_worker_stops_both_at_one_step_and_they_resume_exactly(da
     assert [_finish(p) for p in procs] == [0, 0], _log(procs[0])[-3000:]
     for p in procs:
         assert f"model.ckpt-{step} (step {step})" in _log(p)
-    # Chief-only export: worker 0 prints where it exported; worker 1 exported to a scratch
-    # folder (the collectives need both) and prints nothing.
+    # Chief-only export: worker 0 exported to output_dir/export; worker 1 to a scratch folder
+    # (the collectives need both), which its log names.
     chief_log, other_log = (_log(p) for p in procs)
     assert f"exported the encoder to {out / 'export'} (ids in;" in chief_log, chief_log[-3000:]
     assert "exported the encoder to" not in other_log, other_log[-3000:]

@@ -31,6 +31,7 @@ CFG = dict(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_atten
 TRAIN = [("a good film .", 1), ("great movie", 1), ("really fine plot", 1), ("very good", 1),
          ("a bad film .", 0), ("awful movie", 0), ("really dull plot", 0), ("very bad", 0)]
 TEXTS, LABELS = [t for t, _ in TRAIN], [y for _, y in TRAIN]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = ["a good movie", "an awful film", "Great movie !", ""]
 
 
@@ -224,12 +225,11 @@ def test_export_savedmodel_takes_a_keras_file(served):
     # main(), its flags parsed) to a successful export, its `exported <path>` line last on
     # stdout: the default suite's successful run of the script as a process (its errors as
     # processes: test_export_serving.py::test_export_script_errors_are_one_line).
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run(
-        [sys.executable, os.path.join(root, "export_savedmodel.py"),
+        [sys.executable, os.path.join(ROOT, "export_savedmodel.py"),
          f"--init_checkpoint={keras_file}", f"--export_base={base / 'cli'}", "--model_name=clf"],
         cwd=str(base), capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=root))
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     version = str(base / "cli" / "clf" / "1")
     assert proc.stdout.strip().split("\n")[-1] == f"exported {version}"
