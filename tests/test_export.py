@@ -649,3 +649,31 @@ def test_stock_tfsmlayer_and_rebuilt_keras_model(exp):
     np.testing.assert_allclose(
         encoder(ids, training=False)["pooled_output"].numpy(),
         exp.models["fill_mask"].encoder(ids, training=False)["pooled_output"].numpy(), atol=1e-6)
+
+
+def test_an_export_traces_the_model_once_per_graph_it_needs(exp, tmp_path, monkeypatch):
+    """Saving retraces every saved function; the model is traced once per `training` value
+    outside and inside the save, and a signature's second input shape shares the first's
+    trace (counted before: 9 encoder traces for an encoder export with `mlm`, 2 for a
+    fill-mask export without warm-up requests)."""
+    from bert_tf import export
+    calls = []
+    real = be.BertEncoder.call
+
+    def counted(self, *args, **kwargs):
+        calls.append(kwargs.get("training"))
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(be.BertEncoder, "call", counted)
+    pretrainer = exp.models["fill_mask"]
+    export.export_encoder(pretrainer, str(tmp_path / "enc"), with_mlm=True)
+    assert sorted(calls) == [False, False, True, True], calls
+    del calls[:]
+    # text ids [None, SEQ] (serving_default, serving_pairs) and predict_ids' [None, None]
+    export.export_end_to_end(pretrainer, exp.vocab, True, str(tmp_path / "fm"),
+                             task="fill_mask", seq_length=SEQ)
+    assert calls == [False], calls
+    loaded = tf.saved_model.load(str(tmp_path / "enc"))
+    ids = py_batch(exp.tok, SENTENCES[:2])
+    want = pretrainer.encoder({k: tf.constant(v) for k, v in ids.items()})["pooled_output"]
+    np.testing.assert_allclose(loaded.signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in ids.items()})["pooled_output"], want, atol=1e-5)

@@ -58,6 +58,7 @@ class MlmModule(tf.Module):
         self._encoder = common.Ref(encoder_module)
         self._head = common.Ref(head)
         self._word_embeddings = common.Ref(common.find_encoder(model).word_embeddings)
+        self._logits = common.TraceOnce(self._run_head)  # one trace for both `training`s
         self.head_variables = common.tf_variables(head)
         self.variables = list(encoder_module.trainable_variables) + self.head_variables
         self.trainable_variables = list(self.variables)
@@ -87,10 +88,14 @@ class MlmModule(tf.Module):
         # The cut keeps every asked position (one may point at padding).
         cut, _ = common.cut_inputs(full, at_least=tf.reduce_max(positions) + 1)
         out = enc.run_cut(cut, training)
-        logits = self._head.obj(out["sequence_output"], positions, self._word_embeddings.obj)
+        logits = self._logits(out["sequence_output"], positions)
         result = enc.as_float32(out, full["input_mask"])
         result["mlm_logits"] = tf.cast(logits, tf.float32)
         return result
+
+
+    def _run_head(self, sequence_output, positions):
+        return self._head.obj(sequence_output, positions, self._word_embeddings.obj)
 
 
 class EncoderModule(tf.Module):
@@ -124,6 +129,7 @@ class EncoderModule(tf.Module):
         model = enc if hasattr(encoder_or_model, "encoder") else encoder_or_model
         common.ensure_built(model)
         self._model = common.Ref(model)
+        self._run = common.TraceOnce(self._run_model)  # the model: one trace per `training`
         self._cfg = cfg
         self.model_variables = common.tf_variables(model)
         self.variables = list(self.model_variables)
@@ -163,12 +169,16 @@ class EncoderModule(tf.Module):
                                   cfg.type_vocab_size, cfg.max_position_embeddings)
 
     def run_cut(self, cut, training=False):
-        """The encoder's output dict (compute dtype) on checked ids cut to their real length.
+        """The encoder's output dict (compute dtype) on checked ids cut to their real length
+        (one trace per `training` value, shared by every exported function).
 
         Args:
             cut: dict of the three int32 [B, L] id tensors (`common.cut_inputs`).
             training: Python bool, dropout on.
         """
+        return self._run(cut, training)
+
+    def _run_model(self, cut, training):
         out = self._model.obj(cut, training=training)
         if not isinstance(out, dict) or "pooled_output" not in out:
             raise BertError("export_encoder: the model must return the encoder's output dict")

@@ -119,10 +119,10 @@ class EndToEndModule(tf.Module):
         self._vocab_tokens = common.Ref(
             None if tokens is None else tokens + [""] * (cfg.vocab_size - len(tokens)))
         # Tokenizer and model are traced once each and called from every signature (a trace
-        # of either costs ~0.5 s even for a tiny model); Refs keep them off the object graph.
-        self._tokenize_fn = common.Ref(tf.function(self._tokenize, autograph=False))
-        self._ids_fn = common.Ref(tf.function(self._text_to_ids, autograph=False))
-        self._outputs_fn = common.Ref(tf.function(self._outputs, autograph=False))
+        # of either costs ~0.5 s even for a tiny model).
+        self._tokenize_fn = common.TraceOnce(self._tokenize, reads_variables=False)
+        self._ids_fn = common.TraceOnce(self._text_to_ids, reads_variables=False)
+        self._outputs_fn = common.TraceOnce(self._outputs)
         # keras.layers.TFSMLayer's default endpoint name.
         self.serve = self.__call__
 
@@ -161,7 +161,7 @@ class EndToEndModule(tf.Module):
         return tf.RaggedTensor.from_row_splits(joined, parts.row_splits).merge_dims(1, 2)
 
     def _text_to_ids(self, text, text_b=None):
-        return self.preprocessing.text_to_ids(text, text_b, tokenize=self._tokenize_fn.obj)
+        return self.preprocessing.text_to_ids(text, text_b, tokenize=self._tokenize_fn)
 
     # -- ids -> task outputs -----------------------------------------------------------------
     def _token_strings(self, ids, mask):
@@ -271,7 +271,7 @@ class EndToEndModule(tf.Module):
     # -- exported functions ------------------------------------------------------------------
     @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def __call__(self, text):
-        return self._outputs_fn.obj(self._ids_fn.obj(text))
+        return self._outputs_fn(self._ids_fn(text))
 
     @tf.function(input_signature=[TEXT_SPEC, TEXT_B_SPEC], autograph=False)
     def serve_pairs(self, text, text_b):
@@ -281,7 +281,7 @@ class EndToEndModule(tf.Module):
             text: string [B], first segments (the question for `span`).
             text_b: string [B], second segments (the context for `span`).
         """
-        return self._outputs_fn.obj(self._ids_fn.obj(text, text_b))
+        return self._outputs_fn(self._ids_fn(text, text_b))
 
     @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
     def predict_ids(self, input_word_ids, input_mask, input_type_ids):
@@ -292,13 +292,13 @@ class EndToEndModule(tf.Module):
             input_mask: int32 [B, S].
             input_type_ids: int32 [B, S].
         """
-        return self._outputs_fn.obj({"input_word_ids": input_word_ids, "input_mask": input_mask,
+        return self._outputs_fn({"input_word_ids": input_word_ids, "input_mask": input_mask,
                                      "input_type_ids": input_type_ids})
 
     @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def preprocess(self, text):
         """The `preprocess` signature: the int32 encoder inputs serving_default feeds the model."""
-        return self._ids_fn.obj(text)
+        return self._ids_fn(text)
 
     def signatures(self):
         """Signature name -> tf.function, for `tf.saved_model.save`."""
@@ -336,7 +336,7 @@ class IdsModule(EndToEndModule):
 
     @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
     def __call__(self, input_word_ids, input_mask, input_type_ids):
-        return self._outputs_fn.obj({"input_word_ids": input_word_ids, "input_mask": input_mask,
+        return self._outputs_fn({"input_word_ids": input_word_ids, "input_mask": input_mask,
                                      "input_type_ids": input_type_ids})
 
     def signatures(self):

@@ -210,14 +210,15 @@ class BertPreprocessor(tf.Module):
                                               strip_accents=strip_accents)
         pre = self.preprocessing
         self.variables, self.trainable_variables, self.regularization_losses = [], [], []
-        # One trace of the tokenizer, called from every function (a Ref keeps the Python
-        # function off the saved object graph).
-        self._tokenize_fn = common.Ref(tf.function(pre.tokenize, autograph=False))
+        # One trace of the tokenizer, called from every function.
+        self._tokenize_fn = common.TraceOnce(pre.tokenize, reads_variables=False)
         # Packing needs no word boundaries: one trace of the cheaper flat ids.
-        self._tokenize_flat_fn = common.Ref(tf.function(pre.tokenize_flat, autograph=False))
+        self._tokenize_flat_fn = common.TraceOnce(pre.tokenize_flat, reads_variables=False)
+        # Saving retraces bert_pack_inputs' eight variants: each then only calls this.
+        pack = common.TraceOnce(pre.pack, reads_variables=False)
 
         def bert_pack_inputs(inputs, seq_length=pre.seq_length):
-            return pre.pack(inputs, seq_length)
+            return pack(inputs, seq_length)
 
         self.bert_pack_inputs = tf.function(bert_pack_inputs, autograph=False)
         special = pre.special_tokens_dict()
@@ -228,7 +229,7 @@ class BertPreprocessor(tf.Module):
 
         get_special_tokens_dict = tf.function(get_special_tokens_dict, input_signature=[],
                                               autograph=False)
-        self.tokenize = TokenizeModule(self._tokenize_fn.obj, get_special_tokens_dict,
+        self.tokenize = TokenizeModule(self._tokenize_fn, get_special_tokens_dict,
                                        "tokenize")
         self.tokenize_with_offsets = TokenizeModule(
             tf.function(pre.tokenize_with_offsets, autograph=False), get_special_tokens_dict,
@@ -255,7 +256,7 @@ class BertPreprocessor(tf.Module):
 
     @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def __call__(self, text):
-        return self.preprocessing.pack([self._tokenize_flat_fn.obj(text)])
+        return self.preprocessing.pack([self._tokenize_flat_fn(text)])
 
     @tf.function(input_signature=[TEXT_SPEC, TEXT_B_SPEC], autograph=False)
     def serve_pairs(self, text, text_b):
@@ -265,7 +266,7 @@ class BertPreprocessor(tf.Module):
             text: string [batch], first segments.
             text_b: string [batch], second segments.
         """
-        return self.preprocessing.text_to_ids(text, text_b, tokenize=self._tokenize_flat_fn.obj)
+        return self.preprocessing.text_to_ids(text, text_b, tokenize=self._tokenize_flat_fn)
 
 
 def export_preprocessor(vocab_file, do_lower_case, export_dir, seq_length=128,
