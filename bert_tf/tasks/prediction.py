@@ -92,7 +92,7 @@ def _predict_step(trainer, output_keys, element_spec, seq_length, kinds=None):
                                                   kinds, tf.shape(batch["input_mask"])[1])
             return out
 
-        @tf.function(input_signature=[element_spec])
+        @tf.function(input_signature=[element_spec], autograph=False)  # as evaluation.py
         def step(batch):
             out = strategy.run(replica, args=(batch,))
             return {k: strategy.gather(out[k], axis=0) for k in output_keys}

@@ -26,7 +26,7 @@ def eval_step_fn(strategy, model, task):
             {k: batch[k] for k in task.model_inputs}, training=False)
         return task.loss(batch, outputs, norms)[1]
 
-    @tf.function
+    @tf.function(autograph=False)  # strategy.run would convert the task and Keras code
     def eval_step(batch):
         stats = strategy.run(replica_eval, args=(batch,))
         return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, stats[k], axis=None)
