@@ -103,9 +103,10 @@ class Trainer:
         self._grad_fn = self._forward_backward
         self._step_fn = self._replica_step
         if o.jit_compile and (n == 1 or distribute.is_tpu(self.strategy)):
-            self._step_fn = tf.function(self._replica_step, jit_compile=True)
+            self._step_fn = tf.function(self._replica_step, jit_compile=True, autograph=False)
         elif o.jit_compile:  # cross-device all-reduces stay outside XLA
-            self._grad_fn = tf.function(self._forward_backward, jit_compile=True)
+            self._grad_fn = tf.function(self._forward_backward, jit_compile=True,
+                                        autograph=False)
 
     @property
     def step(self):
