@@ -1,6 +1,10 @@
 """What a person reads: a pre-training run's console output (progress lines, plain warnings,
 one tqdm bar in a file, stdout naming what was exported), the loop length behind the
-progress lines, and every tqdm bar going through bert_tf.progress."""
+progress lines, and every tqdm bar going through bert_tf.progress.
+
+The run is one run_pretraining.py process (1-layer model, 100 steps, the encoder export only:
+the four text-in exports are test_formats' `src`; their stdout lines are checked on folders).
+"""
 import io
 import os
 import re
@@ -75,27 +79,32 @@ def test_every_tqdm_bar_goes_through_bert_tf_progress():
     assert users == []
 
 
+STEPS = 100  # loop_steps: 10 steps a loop, 10 progress lines
+
+
 @pytest.fixture(scope="module")
-def run_300(tmp_path_factory):
-    """bert-run-pretraining for 300 steps from an encoder-only Hugging Face directory, with
-    --vocab_file (four exports), stderr to a file as under nohup or a scheduler."""
+def run(tmp_path_factory):
+    """bert-run-pretraining for STEPS steps from an encoder-only Hugging Face directory,
+    without --vocab_file (one export, not four), stderr to a file as under nohup or a
+    scheduler."""
     from bert_tf.convert import hf
     from bert_tf.modeling.encoder import BertEncoder
     from bert_tf.modeling.models import build_model
     d = tmp_path_factory.mktemp("output")
     vocab = d / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n")
-    encoder = build_model(BertEncoder.from_bert_config(tiny_bert_config()))
+    encoder = build_model(BertEncoder.from_bert_config(tiny_bert_config(num_hidden_layers=1)))
     hf.save_hf_directory(encoder, str(d / "minilm"), str(vocab))
+    os.remove(d / "minilm" / "vocab.txt")  # no vocab handed off: the encoder export only
     write_pretraining_records(d / "train.tfrecord", 64)
     err_path = d / "stderr.txt"
     with open(err_path, "w") as err:
         proc = subprocess.run(
             [sys.executable, os.path.join(ROOT, "run_pretraining.py"),
              f"--init_checkpoint={d / 'minilm'}", f"--input_file={d / 'train.tfrecord'}",
-             f"--output_dir={d / 'out'}", f"--vocab_file={vocab}", "--do_train",
+             f"--output_dir={d / 'out'}", "--do_train",
              "--max_seq_length=32", "--max_predictions_per_seq=5", "--train_batch_size=8",
-             "--num_train_steps=300", "--num_warmup_steps=10", "--learning_rate=1e-3",
+             f"--num_train_steps={STEPS}", "--num_warmup_steps=10", "--learning_rate=1e-3",
              "--seed=1"],
             stdout=subprocess.PIPE, stderr=err, text=True, cwd=d, timeout=900,
             env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
@@ -104,13 +113,13 @@ def run_300(tmp_path_factory):
     return dict(dir=d, stdout=proc.stdout, stderr=stderr)
 
 
-def test_a_300_step_run_shows_a_curve(run_300):
-    steps = [int(m) for m in re.findall(r"^step (\d+)/300 loss=", run_300["stderr"], re.M)]
-    assert len(steps) >= 10 and steps[-1] == 300 and steps == sorted(steps), run_300["stderr"]
+def test_a_100_step_run_shows_a_curve(run):
+    steps = [int(m) for m in re.findall(rf"^step (\d+)/{STEPS} loss=", run["stderr"], re.M)]
+    assert len(steps) >= 10 and steps[-1] == STEPS and steps == sorted(steps), run["stderr"]
 
 
-def test_warnings_are_plain_and_said_once(run_300):
-    lines = run_300["stderr"].splitlines()
+def test_warnings_are_plain_and_said_once(run):
+    lines = run["stderr"].splitlines()
     assert not [line for line in lines if re.match(r"[IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\]", line)]
     warnings = [line for line in lines if "warning" in line.lower()]
     assert all(line.startswith("warning: ") for line in warnings), warnings
@@ -118,19 +127,31 @@ def test_warnings_are_plain_and_said_once(run_300):
     assert len(heads) == 1, warnings
     assert "expected when pre-training continues from an encoder checkpoint" in heads[0]
     # One bar, written once (with the final count), not once per refresh.
-    assert run_300["stderr"].count("train: ") == 1, run_300["stderr"]
-    assert re.search(r"^\r?train: 100%.*300/300", run_300["stderr"], re.M)
+    assert run["stderr"].count("train: ") == 1, run["stderr"]
+    assert re.search(rf"^\r?train: 100%.*{STEPS}/{STEPS}", run["stderr"], re.M)
 
 
-def test_stdout_ends_with_what_was_exported(run_300):
-    export = run_300["dir"] / "out" / "export"
-    lines = run_300["stdout"].strip().splitlines()
-    assert lines[-4:] == [
-        f"exported {export}/bert/1 (text in -> fill-mask)",
-        f"exported {export}/bert_embeddings/1 (text in -> embeddings)",
-        f"exported {export}/bert_preprocessor/1 (text in -> encoder inputs: TF Hub "
+def test_stdout_ends_with_what_was_exported(run):
+    export = run["dir"] / "out" / "export"
+    assert run["stdout"].strip().splitlines()[-1] == (
+        f"exported the encoder to {export} (ids in; add --vocab_file for text-in models)")
+    assert os.path.isfile(export / "saved_model.pb")
+
+
+def test_with_a_vocab_the_four_exports_newest_versions_are_named(tmp_path):
+    """With --vocab_file, the lines of the four models' newest versions (TF Serving's layout,
+    as test_formats' `src` export writes it); the folders here are empty."""
+    from bert_tf.export.pretraining import export_lines
+    from bert_tf.pretraining.options import PretrainingOptions
+    export = tmp_path / "export"
+    for name in ("bert", "bert_embeddings", "bert_preprocessor", "bert_encoder"):
+        for version in ("1", "2", "tmp-3"):  # a temp folder is no version
+            (export / name / version).mkdir(parents=True)
+    options = PretrainingOptions(vocab_file="vocab.txt", model_name="bert")
+    assert export_lines(str(export), options) == [
+        f"exported {export}/bert/2 (text in -> fill-mask)",
+        f"exported {export}/bert_embeddings/2 (text in -> embeddings)",
+        f"exported {export}/bert_preprocessor/2 (text in -> encoder inputs: TF Hub "
         "preprocessor)",
-        f"exported {export}/bert_encoder/1 (encoder inputs -> encoder outputs: TF Hub "
-        "encoder)"], lines
-    for line in lines[-4:]:
-        assert os.path.isfile(os.path.join(line.split()[1], "saved_model.pb")), line
+        f"exported {export}/bert_encoder/2 (encoder inputs -> encoder outputs: TF Hub "
+        "encoder)"]

@@ -2,9 +2,10 @@
 flight and exits with PREEMPTED_EXIT_CODE; re-running the same command ends exactly where an
 uninterrupted run ends (dropout on). SIGKILL after a checkpoint resumes exactly too.
 
-run_pretraining.py runs in child processes (tiny config, CPU). On 2 idle cores: the one-process
-test (slow) ~45 s (with its uninterrupted run), the multi-worker one (three 2-process clusters
-on 127.0.0.1) ~50 s; about 4x that on cores busy with other work.
+run_pretraining.py runs in child processes (tiny config with one layer: less to trace, CPU).
+On 2 idle cores: the one-process test (slow) ~45 s (with its uninterrupted run), the
+multi-worker one (three 2-process clusters on 127.0.0.1) ~40 s; about 4x that on cores busy
+with other work.
 """
 import json
 import os
@@ -151,10 +152,11 @@ def _kill_leftovers():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """Data and a config with dropout (the multi-worker test needs no more)."""
+    """Data and a 1-layer config with dropout (the multi-worker test needs no more)."""
     d = tmp_path_factory.mktemp("preemption")
     config = d / "bert_config.json"
-    tiny_bert_config(dropout=0.1).to_json_file(str(config))  # dropout: the RNG state counts
+    # dropout: the RNG state counts
+    tiny_bert_config(dropout=0.1, num_hidden_layers=1).to_json_file(str(config))
     for i in range(2):
         write_pretraining_records(d / f"shard-{i}.tfrecord", 96, seed=i)
     return dict(dir=d, args=[f"--bert_config_file={config}",
@@ -316,15 +318,15 @@ def test_sigterm_to_one_worker_stops_both_at_one_step_and_they_resume_exactly(da
     resumed runs' last checkpoints (model, optimizer slots, dropout RNG, ...) are compared.
     The resumed cluster exports (the chief to output_dir/export, worker 1 to a scratch
     folder): the default suite's multi-worker export."""
-    flags = dict(num_train_steps=60, do_eval=False)
+    flags = dict(num_train_steps=30, do_eval=False)  # the signal lands at step 5 or 6
     ref = data["dir"] / "mw-reference"
     assert [_finish(p) for p in _cluster(data, ref, "run", **flags)] == [0, 0]
     out = data["dir"] / "mw"
     chief, other = _cluster(data, out, "preempted", **flags)
-    _wait_for([chief, other], lambda: "step 5/60" in _log(chief))
+    _wait_for([chief, other], lambda: "step 5/30" in _log(chief))
     sent = time.monotonic()
     other.send_signal(signal.SIGTERM)  # worker 1: the chief learns it through the all-reduce
-    stopped = [_assert_preempted(p, sent, out, 60) for p in (chief, other)]
+    stopped = [_assert_preempted(p, sent, out, 30) for p in (chief, other)]
     steps = {step for step, _ in stopped}
     assert len(steps) == 1, steps
     # SIGTERM to exit within a Kubernetes grace period (30 s), TF's teardown included.
@@ -343,8 +345,8 @@ def test_sigterm_to_one_worker_stops_both_at_one_step_and_they_resume_exactly(da
     assert re.search(r"exported the ids-in encoder to \S*bert_tf-worker-export-\w+/export;",
                      other_log), other_log[-3000:]
     assert (out / "export" / "saved_model.pb").exists()
-    want = _variables(str(ref / "model.ckpt-60"))
-    got = _variables(str(out / "model.ckpt-60"))
+    want = _variables(str(ref / "model.ckpt-30"))
+    got = _variables(str(out / "model.ckpt-30"))
     assert sorted(got) == sorted(want) and any(k.startswith("dropout_rng/") for k in got)
     for name, value in want.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)

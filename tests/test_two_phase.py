@@ -4,8 +4,9 @@ learning rate at every step is the documented formula for both schedules and nev
 checkpoint, bit for bit (dropout on); phase 2's wrong records, eval records of the other kind and changed phase flags of a run that
 trains are one line with nothing written, while export- and eval-only runs need no phase flags;
 the record holds no float64 and one-phase checkpoints have none; the two-command way keeps a
-fresh optimizer. Tiny config, CPU; phase
-1 at S=16, phase 2 at S=32, packed in one phase and plain in the other (both ways round)."""
+fresh optimizer. Tiny config (one layer: every run traces both phases' steps), CPU; phase
+1 at S=16, phase 2 at S=32, packed in one phase and plain in the other (both ways round).
+Evaluation (a trace and a pipeline a phase) runs in the continue schedule's runs only."""
 import dataclasses
 import json
 import logging
@@ -23,6 +24,7 @@ from bert_tf.pretraining.options import PretrainingOptions
 from conftest import make_pretraining_instance, tiny_bert_config, write_pretraining_records
 
 N1, N2 = 3, 2
+CONFIG = dict(dropout=0.1, num_hidden_layers=1)  # dropout: resume must restore it too
 
 
 def _write_packed(path, seq, pack, pred, num, longest, seed):
@@ -51,7 +53,7 @@ def data(tmp_path_factory):
     assert _write_packed(d / "p1-packed.tfrecord", 16, 2, 3, 96, 8, 3) < 96
     assert _write_packed(d / "p2-packed.tfrecord", 32, 3, 5, 96, 14, 4) < 96
     config = d / "bert_config.json"
-    tiny_bert_config(dropout=0.1).to_json_file(str(config))  # resume must restore dropout too
+    tiny_bert_config(**CONFIG).to_json_file(str(config))
     return d
 
 
@@ -175,14 +177,18 @@ def test_export_and_eval_only_need_no_phase_flags(data, continued, exports, tmp_
 
 def _same_end(out, again, full, result, step):
     """The re-run from `step` trained the rest with the uninterrupted run's losses and ended
-    with its checkpoint (every variable, bit for bit) and eval_results.txt."""
+    with its checkpoint (every variable, bit for bit) and eval_results.txt (if it wrote one)."""
     assert [m["step"] for m in result["train"]] == list(range(step + 1, N1 + N2 + 1))
     assert [m["loss"] for m in result["train"]] == [m["loss"] for m in full["train"][step:]]
     got, want = _checkpoint(again, N1 + N2), _checkpoint(out, N1 + N2)
     assert sorted(got) == sorted(want)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-    assert (again / "eval_results.txt").read_text() == (out / "eval_results.txt").read_text()
+    evaluated = (out / "eval_results.txt").exists()
+    assert (again / "eval_results.txt").exists() == evaluated
+    if evaluated:
+        assert ((again / "eval_results.txt").read_text() ==
+                (out / "eval_results.txt").read_text())
 
 
 def test_resume_at_the_boundary_equals_the_uninterrupted_run(continued, exports, tmp_path,
@@ -198,24 +204,37 @@ def test_resume_at_the_boundary_equals_the_uninterrupted_run(continued, exports,
     _same_end(out, tmp_path / "out", full, result, N1)
 
 
+def test_resume_inside_phase_2_keeps_phase_1_rows(continued, exports, tmp_path, caplog):
+    """Stopped inside phase 2 after phase 1's eval rows were written: the re-run does not
+    evaluate phase 1 again and adds phase 2's rows to them, as the uninterrupted run wrote."""
+    options, out, full = continued
+    rows = [r for r in (out / "eval_results.txt").read_text().splitlines()
+            if r.startswith("phase1/")]  # what the stopped run had written
+    _resume_from(out, tmp_path / "out", N1 + 1, rows)
+    with caplog.at_level(logging.INFO, logger="bert_tf"):
+        result = _run(dataclasses.replace(options, output_dir=str(tmp_path / "out")), exports)
+    assert f"resumed in phase 2 at global step {N1 + 1} of 5" in caplog.text
+    assert sorted(result["eval_phases"]) == [2]
+    _same_end(out, tmp_path / "out", full, result, N1 + 1)
+
+
 def test_restart_schedule_with_a_fresh_optimizer_resumes_inside_phase_2(data, exports,
                                                                         tmp_path, caplog):
     """Packed phase 1, plain phase 2; phase 2 warms up again from 1e-3 * 1/2, never 0, with a
     fresh optimizer; a re-run from inside phase 2 (the optimizer's step restored as 1, the
-    schedule's origin from the phase record) ends as the uninterrupted run."""
+    schedule's origin from the phase record) ends as the uninterrupted run. No eval: the
+    continue schedule's resumes check the eval rows."""
     options = _options(data, tmp_path / "run", input_file=str(data / "p1-packed.tfrecord"),
                        phase2_input_file=str(data / "p2.tfrecord"), phase2_lr_schedule="restart",
                        phase2_learning_rate=1e-3, phase2_num_warmup_steps=1,
-                       phase2_fresh_optimizer=True, do_eval=True)
+                       phase2_fresh_optimizer=True)
     full = _run(options, exports)
     _lr_matches_formula(options, full["train"])
     assert [m["learning_rate"] for m in full["train"]][N1 - 1:-1] == pytest.approx([1e-3, 5e-4])
     last = _checkpoint(tmp_path / "run", 5)
     assert int(last["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == N2  # phase 2's
     assert int(last["phases/optimizer_origin/.ATTRIBUTES/VARIABLE_VALUE"]) == N1
-    rows = [r for r in (tmp_path / "run" / "eval_results.txt").read_text().splitlines()
-            if r.startswith("phase1/")]  # what the stopped run had written
-    _resume_from(tmp_path / "run", tmp_path / "again", N1 + 1, rows)
+    _resume_from(tmp_path / "run", tmp_path / "again", N1 + 1)
     with caplog.at_level(logging.INFO, logger="bert_tf"):
         again = _run(dataclasses.replace(options, output_dir=str(tmp_path / "again")), exports)
     assert f"resumed in phase 2 at global step {N1 + 1} of 5" in caplog.text
@@ -311,11 +330,11 @@ def test_the_two_command_way_gets_a_fresh_optimizer_and_its_own_warmup(data, con
         input_file=options.phase2_input_file, max_seq_length=32, max_predictions_per_seq=5,
         phase2_input_file=None, phase2_train_batch_size=None, phase2_num_train_steps=None,
         do_eval=False, num_train_steps=N2, num_warmup_steps=1)
-    trainer = pretraining.make_trainer(tiny_bert_config(dropout=0.1), second)
+    trainer = pretraining.make_trainer(tiny_bert_config(**CONFIG), second)
     assert trainer.restore() == "initialized"
     assert int(trainer.inner_optimizer.iterations.numpy()) == 0 and trainer.learning_rate() == 0
     # Every weight is the finished run's (its last checkpoint, resumed), variable by variable.
-    last = pretraining.make_trainer(tiny_bert_config(dropout=0.1), dataclasses.replace(
+    last = pretraining.make_trainer(tiny_bert_config(**CONFIG), dataclasses.replace(
         second, output_dir=str(out), init_checkpoint=None, do_train=False))
     assert last.restore() == "resumed" and last.step == N1 + N2
 
