@@ -4,7 +4,7 @@ uninterrupted run ends (dropout on). SIGKILL after a checkpoint resumes exactly 
 
 run_pretraining.py runs in child processes (tiny config with one layer: less to trace, CPU).
 On 2 idle cores: the one-process test (slow) ~45 s (with its uninterrupted run), the
-multi-worker one (three 2-process clusters on 127.0.0.1) ~40 s; about 4x that on cores busy
+multi-worker one (three 2-process clusters on 127.0.0.1) ~50 s; about 4x that on cores busy
 with other work.
 """
 import json
