@@ -215,8 +215,9 @@ def _cola(d):
                                      pytest.param("export_savedmodel", marks=pytest.mark.slow)])
 def test_a_command_reads_init_checkpoint_once(src, tmp_path, command, monkeypatch):
     """The Source the hand-off read is the one the run's config, load and export use.
-    run_classifier and run_pretraining run main() in a child process (flag parsing included);
-    extract_features and export_savedmodel run their run() in this process, counted alike."""
+    run_pretraining runs main() in a child process (flag parsing included); run_classifier,
+    extract_features and export_savedmodel run their run() after the hand-off (what main()
+    runs after parsing flags, which reads nothing) in this process, counted alike."""
     from conftest import write_pretraining_records
     from test_convert_encoder_only import V
     out = str(tmp_path / "out")
@@ -224,10 +225,7 @@ def test_a_command_reads_init_checkpoint_once(src, tmp_path, command, monkeypatc
              "--learning_rate=1e-30", "--train_batch_size=2", "--max_seq_length=16"]
     # A TF Hub-style SavedModel without a config file: read for config, weights and vocab.
     init = src["encoder"]
-    if command == "run_classifier":
-        args = [*train, "--task_name=cola", f"--data_dir={_cola(tmp_path / 'cola')}",
-                "--seed=1", "--progress=False", "--do_export=False"]
-    elif command == "run_pretraining":
+    if command == "run_pretraining":
         # A sentence-transformers directory: its pooling goes to the embeddings export.
         init = src["st"]
         records = tmp_path / "train.tfrecord"
@@ -236,14 +234,20 @@ def test_a_command_reads_init_checkpoint_once(src, tmp_path, command, monkeypatc
                 "--max_predictions_per_seq=2"]
     elif command == "export_savedmodel":
         args = ["--task=embeddings", "--seq_length=16", f"--export_dir={out}"]
-    else:
+    elif command == "extract_features":
         (tmp_path / "in.txt").write_text("\n".join(TEXTS[:3]) + "\n")
         args = [f"--input_file={tmp_path / 'in.txt'}", f"--output_file={out}.jsonl",
                 "--layers=-1", "--max_seq_length=16"]
-    if command in ("extract_features", "export_savedmodel"):
+    if command != "run_pretraining":
         reads = _count_reads(monkeypatch)
         if command == "export_savedmodel":
             assert run_export_savedmodel([f"--init_checkpoint={init}", *args]) == out
+        elif command == "run_classifier":  # in-process: no TensorFlow start-up (~8 s)
+            from bert_tf.tasks import classifier, cli
+            cli.with_handoff(classifier.run)(classifier.ClassifierConfig(
+                init_checkpoint=init, output_dir=out, do_train=True, num_train_steps=1,
+                learning_rate=1e-30, train_batch_size=2, max_seq_length=16, task_name="cola",
+                data_dir=_cola(tmp_path / "cola"), seed=1, progress=False, do_export=False))
         else:
             from bert_tf.tasks import cli, features
             cli.with_handoff(features.run)(features.FeatureConfig(
