@@ -53,16 +53,17 @@ class TraceOnce:
 
     `tf.saved_model.save` retraces every saved tf.function in its own context, and a plain
     tf.function called from two signatures is traced for each distinct input shape. The
-    concrete functions kept here (off the object graph, like `Ref`) are traced on first use
-    with every tensor dimension unknown, so `[None, 128]` text ids and `[None, None]` request
-    ids share one trace, and a retraced signature only adds a call to them.
+    concrete functions kept here (off the object graph, like `Ref`) are traced with the batch
+    and length dimensions unknown, so `[None, 128]` text ids and `[None, None]` request ids
+    share one trace, and a retraced signature only adds a call to them.
 
     Args:
         fn: a Python function of tensors (nested in dicts/lists) and Python values.
-        reads_variables: fn reads model variables. Those may be distributed (a model trained
-            under MirroredStrategy), and only a trace made while saving may read them in a
-            saved function, so traces made while saving are kept apart. False (a tokenizer,
-            the packer): one trace serves both.
+        reads_variables: fn reads model variables, which may be distributed (a model trained
+            under MirroredStrategy): only a trace made while saving may read those in a saved
+            function, so tf.function's own cache keeps one trace per context (outside and
+            inside the save). False (a tokenizer, the packer: tables and constants only): one
+            trace serves both, and a trace that reads a variable after all is an error.
     """
     __slots__ = ("_fn", "_traces", "_reads_variables")
 
@@ -72,27 +73,27 @@ class TraceOnce:
         self._reads_variables = reads_variables
 
     def __call__(self, *args, **kwargs):
-        if _in_save_context is None:  # a TF without the hook: tf.function's own cache
-            return self._fn(*args, **kwargs)
-        specs = tf.nest.map_structure(_unknown_dims, (args, kwargs))
-        key = (self._reads_variables and _in_save_context(), repr(specs))
+        specs = tf.nest.map_structure(_unknown_length, (args, kwargs))
+        if self._reads_variables:
+            return self._fn.get_concrete_function(*specs[0], **specs[1])(*args, **kwargs)
+        key = repr(specs)  # TensorSpecs and Python values, as tf.function's cache keys them
         if key not in self._traces:
-            self._traces[key] = self._fn.get_concrete_function(*specs[0], **specs[1])
+            trace = self._fn.get_concrete_function(*specs[0], **specs[1])
+            if trace.variables:
+                raise BertError(f"export: {trace.name} reads variables; it needs "
+                                "TraceOnce(reads_variables=True)")
+            self._traces[key] = trace
         return self._traces[key](*args, **kwargs)
 
 
-try:  # TF's own test for "inside tf.saved_model.save" (no public API has it)
-    from tensorflow.python.saved_model.save_context import in_save_context as _in_save_context
-except ImportError:  # pragma: no cover
-    _in_save_context = None
-
-
-def _unknown_dims(value):
-    """A tensor's spec with every dimension unknown (a ragged tensor's spec as it is); other
-    values as they are."""
+def _unknown_length(value):
+    """A tensor's spec with its batch and length dimensions (axes 0 and 1) unknown, the rest as
+    they are (a ragged tensor's spec as it is); other values as they are."""
     if isinstance(value, tf.Tensor):
-        rank = value.shape.rank
-        return tf.TensorSpec(None if rank is None else [None] * rank, value.dtype)
+        shape = value.shape
+        if shape.rank is not None:
+            shape = tf.TensorShape([None] * min(shape.rank, 2) + shape.as_list()[2:])
+        return tf.TensorSpec(shape, value.dtype)
     if isinstance(value, tf.RaggedTensor):
         return tf.type_spec_from_value(value)
     return value

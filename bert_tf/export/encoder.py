@@ -129,7 +129,8 @@ class EncoderModule(tf.Module):
         model = enc if hasattr(encoder_or_model, "encoder") else encoder_or_model
         common.ensure_built(model)
         self._model = common.Ref(model)
-        self._run = common.TraceOnce(self._run_model)  # the model: one trace per `training`
+        # The model: one trace per `training` value (and per save context).
+        self._run = common.TraceOnce(self._run_model)
         self._cfg = cfg
         self.model_variables = common.tf_variables(model)
         self.variables = list(self.model_variables)
@@ -170,7 +171,7 @@ class EncoderModule(tf.Module):
 
     def run_cut(self, cut, training=False):
         """The encoder's output dict (compute dtype) on checked ids cut to their real length
-        (one trace per `training` value, shared by every exported function).
+        (one trace per `training` value and save context, shared by every exported function).
 
         Args:
             cut: dict of the three int32 [B, L] id tensors (`common.cut_inputs`).

@@ -118,8 +118,8 @@ class EndToEndModule(tf.Module):
         # table beyond the vocab file map to "".
         self._vocab_tokens = common.Ref(
             None if tokens is None else tokens + [""] * (cfg.vocab_size - len(tokens)))
-        # Tokenizer and model are traced once each and called from every signature (a trace
-        # of either costs ~0.5 s even for a tiny model).
+        # Tokenizer and model are traced once each (the model once per save context) and
+        # called from every signature (a trace of either costs ~0.5 s even for a tiny model).
         self._tokenize_fn = common.TraceOnce(self._tokenize, reads_variables=False)
         self._ids_fn = common.TraceOnce(self._text_to_ids, reads_variables=False)
         self._outputs_fn = common.TraceOnce(self._outputs)

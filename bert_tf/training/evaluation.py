@@ -20,13 +20,12 @@ def eval_step_fn(strategy, model, task):
         norms = task.normalizers(batch)
         if ctx.num_replicas_in_sync > 1 and norms:
             norms = ctx.all_reduce(tf.distribute.ReduceOp.SUM, norms)
-        # Keras code is not converted (autograph fails on bert_tf models' zero-argument
-        # super() once an export has traced them).
-        outputs = tf.autograph.experimental.do_not_convert(model)(
-            {k: batch[k] for k in task.model_inputs}, training=False)
+        outputs = model({k: batch[k] for k in task.model_inputs}, training=False)
         return task.loss(batch, outputs, norms)[1]
 
-    @tf.function(autograph=False)  # strategy.run would convert the task and Keras code
+    # No AutoGraph, as the training loop: the task's code is plain TF ops (converting it only
+    # costs tracing time, and fails on bert_tf models' zero-argument super()).
+    @tf.function(autograph=False)
     def eval_step(batch):
         stats = strategy.run(replica_eval, args=(batch,))
         return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, stats[k], axis=None)
