@@ -33,6 +33,7 @@ TRAIN = [("a good film .", 1), ("great movie", 1), ("really fine plot", 1), ("ve
 TEXTS, LABELS = [t for t, _ in TRAIN], [y for _, y in TRAIN]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = ["a good movie", "an awful film", "Great movie !", ""]
+PAIRS = (["good film", "dull"], ["bad", "film"])
 
 
 def write_hf_dir(base):
@@ -68,10 +69,10 @@ def test_fit_export_serve(served):
     clf, version = served["clf"], served["version"]
     assert served["history"][-1] < 0.5 * served["history"][0], served["history"]
     assert version == str(served["base"] / "models" / "clf" / "1")
-    want = clf.predict(PROBE, verbose=0)
+    # The in-memory model called (equal to its predict: test_keras_data_conventions).
+    want = clf(PROBE).numpy()
     assert np.argmax(want[:3], -1).tolist() == [1, 0, 1]
-    pairs = (["good film", "dull"], ["bad", "film"])
-    want_pairs = clf.predict(pairs, verbose=0)
+    want_pairs = clf(PAIRS).numpy()
     loaded = tf.saved_model.load(version)
     out = loaded.signatures["serving_default"](text=tf.constant(PROBE))
     assert np.abs(out["logits"].numpy() - want).max() <= 1e-5, (out["logits"], want)
@@ -79,8 +80,8 @@ def test_fit_export_serve(served):
     assert np.abs(out["probabilities"].numpy() - p).max() <= 1e-5
     assert out["label_id"].numpy().tolist() == want.argmax(-1).tolist()
     assert [s.decode() for s in out["label"].numpy()] == [str(i) for i in want.argmax(-1)]
-    got_pairs = loaded.signatures["serving_pairs"](text=tf.constant(pairs[0]),
-                                                   text_b=tf.constant(pairs[1]))
+    got_pairs = loaded.signatures["serving_pairs"](text=tf.constant(PAIRS[0]),
+                                                   text_b=tf.constant(PAIRS[1]))
     assert np.abs(got_pairs["logits"].numpy() - want_pairs).max() <= 1e-5
     assert sorted(loaded.signatures) == ["predict_ids", "preprocess", "serving_default",
                                          "serving_pairs"]
@@ -134,23 +135,26 @@ def test_keras_data_conventions(served):
     clf = served["clf"]
     # A call on a list is predict's forward pass.
     np.testing.assert_allclose(clf(PROBE).numpy(), clf.predict(PROBE, verbose=0), atol=1e-5)
-    np.testing.assert_allclose(clf((["good film"], ["bad"])).numpy(),
-                               clf.predict((["good film"], ["bad"]), verbose=0), atol=1e-5)
+    np.testing.assert_allclose(clf(PAIRS).numpy(), clf.predict(PAIRS, verbose=0), atol=1e-5)
     # evaluate on lists == evaluate on arrays / tensors.
     got = clf.evaluate(TEXTS, LABELS, batch_size=8, verbose=0)
     ref = clf.evaluate(tf.constant(TEXTS), np.array(LABELS), batch_size=8, verbose=0)
     assert got == ref and got[1] == 1.0
     # validation_data as lists: val_loss is evaluate's loss on the weights after the epoch.
+    # Batches of 8, as the fixture's fit and the evaluate above (their steps traced once); the
+    # validation labels flipped, so that val_loss is not the training loss.
+    flipped = [1 - y for y in LABELS]
     frozen = clf.optimizer.learning_rate.numpy()
     clf.optimizer.learning_rate.assign(0.0)
     try:
-        hist = clf.fit(TEXTS[:4], LABELS[:4], batch_size=4, epochs=1, verbose=0,
-                       validation_data=(TEXTS[4:], LABELS[4:])).history
+        hist = clf.fit(TEXTS, LABELS, batch_size=8, epochs=1, verbose=0,
+                       validation_data=(TEXTS, flipped)).history
     finally:
         clf.optimizer.learning_rate.assign(frozen)
-    want = clf.evaluate(TEXTS[4:], LABELS[4:], verbose=0)
+    want = clf.evaluate(TEXTS, flipped, batch_size=8, verbose=0)
     assert abs(hist["val_loss"][0] - want[0]) < 1e-6 and hist["val_sparse_categorical_accuracy"][
-        0] == want[1]
+        0] == want[1] == 0.0
+    assert hist["loss"][0] < want[0]
 
     def error(fn):
         with pytest.raises(BertError) as e:
@@ -234,8 +238,7 @@ def test_export_savedmodel_takes_a_keras_file(served):
     version = str(base / "cli" / "clf" / "1")
     assert proc.stdout.strip().split("\n")[-1] == f"exported {version}"
     out = tf.saved_model.load(version).signatures["serving_default"](text=tf.constant(PROBE))
-    np.testing.assert_allclose(out["logits"].numpy(), served["clf"].predict(PROBE, verbose=0),
-                               atol=1e-5)
+    np.testing.assert_allclose(out["logits"].numpy(), served["clf"](PROBE).numpy(), atol=1e-5)
     meta = json.load(open(os.path.join(version, "assets.extra", "bert_tf_export.json")))
     assert (meta["task"], meta["seq_length"], meta["model_name"]) == ("classification", 12, "clf")
     # The refusal, run() in this process (the script turns a BertError into its one `error:`

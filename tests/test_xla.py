@@ -1,7 +1,8 @@
-"""TPU readiness without a TPU: for pre-training and each fine-tuning task the whole replica
-step compiles with XLA (jit_compile=True) and runs, matching the uncompiled step; every training
-dataset has fully static shapes; bfloat16 runs. Tiny configs, two steps each. On a GPU (device
-tool) the same tests run there."""
+"""TPU readiness without a TPU: the whole replica step compiles with XLA (jit_compile=True)
+and runs, matching the uncompiled step (ner here; the classifier, span and unpacked
+pre-training steps in the slow suite, packed pre-training in test_packed_training); every
+training dataset has static shapes (fine-tuning's cut to bucketed lengths); bfloat16 runs.
+Tiny configs, two steps each. On a GPU (device tool) the same tests run there."""
 import numpy as np
 import pytest
 
@@ -101,17 +102,18 @@ def _make(name, tok, pattern, tmp_path, jit, precision="none"):
 
 
 def _two_steps(trainer, dataset_fn):
-    iterator = iter(trainer.distribute(dataset_fn, training=True))
+    """The losses of two training steps; the iterator is kept as trainer.test_iterator."""
+    iterator = trainer.test_iterator = iter(trainer.distribute(dataset_fn, training=True))
     return [trainer.task.summarize(
         {k: float(v) for k, v in trainer.train_loop(iterator, 1).items()}, 1)["loss"]
         for _ in range(2)]
 
 
-def _xla_compiled(trainer, dataset_fn):
+def _xla_compiled(trainer):
     """True if XLA must compile the training loop's whole replica step (kernels inside it,
-    such as the fused GELU, may be compiled either way)."""
-    iterator = iter(trainer.distribute(dataset_fn, training=True))
-    fn = trainer._train_loop_fn.get_concrete_function(iterator, tf.constant(1))
+    such as the fused GELU, may be compiled either way). The loop as traced for the
+    trainer's test_iterator (a new input pipeline would cost seconds)."""
+    fn = trainer._train_loop_fn.get_concrete_function(trainer.test_iterator, tf.constant(1))
     compiled = {f.signature.name for f in fn.graph.as_graph_def().library.function
                 if f.attr["_XlaMustCompile"].b}
     assert compiled, "no XLA function at all: the fused GELU kernels are missing"
@@ -138,12 +140,20 @@ def _plain_losses(name, tokenizer, pattern, tmp_path):
 
 
 @pytest.mark.parametrize("name", [
-    "pretraining",  # unpacked pre-training: its own inputs
+    # Unpacked pre-training: the pre-training replica step (MLM/NSP heads and losses) is
+    # compiled, run and matched with the plain step's losses on packed batches (a superset of
+    # these inputs). slow: test_packed_training.py::test_xla_compiled_step_on_packed_batches
+    pytest.param("pretraining", marks=pytest.mark.slow),
     # The classifier's step is the fine-tuning trainer's step with cut batches, as ner's; its
     # head trains under XLA in test_real_length_training's
     # test_train_step_shapes_bounded_under_xla_and_step_8_without[True].
     # slow: test_whole_replica_step_compiles_with_xla[ner]
-    pytest.param("classifier", marks=pytest.mark.slow), "squad", "ner"])
+    pytest.param("classifier", marks=pytest.mark.slow),
+    # Span training is the fine-tuning step at full length: a per-token dense head and
+    # sparse softmax cross-entropy as ner's, at a static shape as pre-training's.
+    # slow: test_whole_replica_step_compiles_with_xla[ner] (and the packed pre-training
+    # step of test_packed_training.py::test_xla_compiled_step_on_packed_batches)
+    pytest.param("squad", marks=pytest.mark.slow), "ner"])
 def test_whole_replica_step_compiles_with_xla(name, tokenizer, pattern, tmp_path):
     plain, data = _make(name, tokenizer, pattern, tmp_path, jit=False)
     want = _two_steps(plain, data)
@@ -152,7 +162,7 @@ def test_whole_replica_step_compiles_with_xla(name, tokenizer, pattern, tmp_path
     got = _two_steps(xla, data)
     assert all(np.isfinite(got)) and got[0] != got[1]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
-    assert _xla_compiled(xla, data) and not _xla_compiled(plain, data)
+    assert _xla_compiled(xla) and not _xla_compiled(plain)
     assert xla.step == 2
 
 
