@@ -175,7 +175,7 @@ def setup(data):
 
 
 # run_pretraining.py's main() without the export at the end of training (~25 s a process on
-# busy cores; these tests compare checkpoints and eval results, test_output's 300-step run and
+# busy cores; these tests compare checkpoints and eval results, test_output's 100-step run and
 # test_training's CLI test run the script with its export). The multi-worker test's resumed
 # cluster keeps the export (export=True: the script itself): the default suite's two-worker
 # export, chief only.
