@@ -81,8 +81,8 @@ def summarize(name, results):
                         for s, m, v in zip(seeds, t_mg, t_arm))
         # A percentile bootstrap over few replicates is too narrow: Fieller's bound decides too.
         clears = bool(ratio >= GOAL and boot[0] > GOAL_LOW and fieller is not None
-                  and fieller[0] > GOAL_LOW and len(seeds) >= MIN_REPLICATES and not censored
-                  and not set(seeds) & set(invalid_seeds) and parity_ok)
+                      and fieller[0] > GOAL_LOW and len(seeds) >= MIN_REPLICATES
+                      and not censored and not set(seeds) & set(invalid_seeds) and parity_ok)
         fl = "unbounded" if fieller is None else f"[{fieller[0]:.2f}, {fieller[1]:.2f}]"
         interval = (f"95% bootstrap [{boot[0]:.2f}, {boot[1]:.2f}], Fieller {fl}"
                     if len(seeds) >= MIN_REPLICATES else
@@ -90,8 +90,9 @@ def summarize(name, results):
         totals = [np.mean([times[k][s][1] for s in seeds]) for k in (a, "mg")]
         print(f"{a} ({len(seeds)} replicates): all steps {totals[0]:.1f} s (MG {totals[1]:.1f} s,"
               f" {totals[1] / totals[0]:.2f}x); to target: per replicate MG/ours {per}; ratio of "
-              f"means {ratio:.2f}x, {interval}" + (f"; censored: replicate(s) {censored} (counted at their total:"
-                                 " the ratio is an upper bound)" if censored else "")
+              f"means {ratio:.2f}x, {interval}"
+              + (f"; censored: replicate(s) {censored} (counted at their total: the ratio is "
+                 "an upper bound)" if censored else "")
               + f"; >= {GOAL}x with interval > {GOAL_LOW}x: "
               + ("cleared" if clears else "NOT cleared")
               + (" (the goal's row)" if (name, a) == ("mini", "packed") else ""))

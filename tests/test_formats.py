@@ -91,6 +91,7 @@ def _count_reads(monkeypatch):
     monkeypatch.setattr(formats, "FORMATS", tuple(counted(f) for f in formats.FORMATS))
     return reads
 
+
 def test_export_savedmodel_embeddings_serve_what_from_pretrained_gives(src, tmp_path,
                                                                       monkeypatch):
     want = src["want"]  # masked mean, L2-normalised (sentence-transformers' vectors)

@@ -58,7 +58,8 @@ class MlmModule(tf.Module):
         self._encoder = common.Ref(encoder_module)
         self._head = common.Ref(head)
         self._word_embeddings = common.Ref(common.find_encoder(model).word_embeddings)
-        self._logits = common.TraceOnce(self._run_head)  # one trace for both `training`s
+        # The head has no dropout: one trace serves both `training` values.
+        self._logits = common.TraceOnce(self._run_head)
         self.head_variables = common.tf_variables(head)
         self.variables = list(encoder_module.trainable_variables) + self.head_variables
         self.trainable_variables = list(self.variables)
@@ -92,7 +93,6 @@ class MlmModule(tf.Module):
         result = enc.as_float32(out, full["input_mask"])
         result["mlm_logits"] = tf.cast(logits, tf.float32)
         return result
-
 
     def _run_head(self, sequence_output, positions):
         return self._head.obj(sequence_output, positions, self._word_embeddings.obj)

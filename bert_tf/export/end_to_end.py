@@ -293,7 +293,7 @@ class EndToEndModule(tf.Module):
             input_type_ids: int32 [B, S].
         """
         return self._outputs_fn({"input_word_ids": input_word_ids, "input_mask": input_mask,
-                                     "input_type_ids": input_type_ids})
+                                 "input_type_ids": input_type_ids})
 
     @tf.function(input_signature=[TEXT_SPEC], autograph=False)
     def preprocess(self, text):
@@ -337,7 +337,7 @@ class IdsModule(EndToEndModule):
     @tf.function(input_signature=list(common.ids_spec().values()), autograph=False)
     def __call__(self, input_word_ids, input_mask, input_type_ids):
         return self._outputs_fn({"input_word_ids": input_word_ids, "input_mask": input_mask,
-                                     "input_type_ids": input_type_ids})
+                                 "input_type_ids": input_type_ids})
 
     def signatures(self):
         """Signature name -> tf.function, for `tf.saved_model.save`."""
