@@ -1,7 +1,9 @@
 """Small file helpers every module shares.
 
-All through tf.io.gfile, so gs:// paths work (a Cloud TPU reads only GCS). Text is UTF-8, and a
-bad byte is reported with its file and line. Writes go to `<path>.tmp-<pid>` and are renamed into
+gs:// and other schemes go through tf.io.gfile (a Cloud TPU reads only GCS); local files through
+Python's own I/O, so a command that only reads configs and text (the vocab builder, the demo's
+driver) never pays TensorFlow's import. Text is UTF-8, and a bad byte is reported with its file
+and line. Writes go to `<path>.tmp-<pid>` and are renamed into
 place, so no half-written file ever carries the final name.
 """
 import contextlib
@@ -76,18 +78,45 @@ def _remove_quietly(path):
         return False
 
 
+def open_file(path, mode="rb"):
+    """`path` opened for reading or writing: a local file with the built-in `open` (no
+    TensorFlow import), any other scheme (gs://...) through tf.io.gfile.GFile.
+
+    Args:
+        path: local or gs://... file.
+        mode: "rb", "wb", "r" or "w" (text modes are UTF-8).
+    """
+    if is_local(path):
+        return open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    import tensorflow as tf
+    return tf.io.gfile.GFile(path, mode)
+
+
 def read_text(path, missing="file not found"):
-    """The whole file as str; BertError naming the file (and line) when missing or not UTF-8.
+    """The whole file as str; BertError naming the file (and line) when missing, unreadable or
+    not UTF-8.
 
     Args:
         path: local or gs://... file.
         missing: the error message when the file does not exist (e.g. which flag to fix).
     """
-    import tensorflow as tf
-    if not tf.io.gfile.exists(path):
-        raise BertError(f"{path}: {missing}")
-    with tf.io.gfile.GFile(path, "rb") as f:
-        data = f.read()
+    if is_local(path):
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise BertError(f"{path}: {missing}") from None
+        except OSError as e:
+            raise BertError(f"{path}: cannot read ({e.strerror})") from None
+    else:
+        import tensorflow as tf
+        if not tf.io.gfile.exists(path):
+            raise BertError(f"{path}: {missing}")
+        try:
+            with tf.io.gfile.GFile(path, "rb") as f:
+                data = f.read()
+        except tf.errors.OpError as e:
+            raise BertError(f"{path}: cannot read ({e.message})") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -110,8 +139,7 @@ def read_json(path, missing="file not found"):
         The parsed dict.
     """
     import json
-    import tensorflow as tf
-    if tf.io.gfile.exists(path) and tf.io.gfile.stat(path).length > MAX_JSON_BYTES:
+    if _size(path) > MAX_JSON_BYTES:
         raise BertError(f"{path}: over {MAX_JSON_BYTES >> 20} MiB, not a config/metadata file")
     try:
         data = json.loads(read_text(path, missing))
@@ -120,6 +148,14 @@ def read_json(path, missing="file not found"):
     if not isinstance(data, dict):
         raise BertError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def _size(path):
+    """Bytes in the file at `path`; 0 when it is missing (read_text then says so)."""
+    if is_local(path):
+        return os.path.getsize(path) if os.path.isfile(path) else 0
+    import tensorflow as tf
+    return tf.io.gfile.stat(path).length if tf.io.gfile.exists(path) else 0
 
 
 def json_bool(data, key, path, default=None):
@@ -154,12 +190,24 @@ def write_text_atomic(path, text, make_parent=False):
     Raises:
         BertError: the write or rename failed.
     """
-    import tensorflow as tf
     parent = os.path.dirname(path)
-    if make_parent and parent and not tf.io.gfile.exists(parent):
-        tf.io.gfile.makedirs(parent)
     tmp = tmp_name(path)
+    if is_local(path):
+        try:
+            if make_parent and parent:
+                os.makedirs(parent, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise BertError(f"{path}: cannot write ({e.strerror})") from None
+        return path
+    import tensorflow as tf
     try:
+        if make_parent and parent and not tf.io.gfile.exists(parent):
+            tf.io.gfile.makedirs(parent)
         with tf.io.gfile.GFile(tmp, "w") as f:
             f.write(text)
         tf.io.gfile.rename(tmp, path, overwrite=True)
@@ -220,7 +268,7 @@ _REMOTE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 def is_local(path):
     """True for a local path, False for gs://... and other schemes (read through tf.io.gfile)."""
-    return not _REMOTE.match(path)
+    return not _REMOTE.match(os.fspath(path))
 
 
 def _local_glob(pattern):

@@ -38,11 +38,10 @@ def count_words(files, do_lower_case=True):
         files: list of text files (local or gs://...); bad UTF-8 bytes are dropped.
         do_lower_case: as BasicTokenizer's; must match the model the vocab is for.
     """
-    import tensorflow as tf
     chunks = collections.Counter()
     separators = tokenization.word_separators()
     for path in files:
-        with tf.io.gfile.GFile(path, "rb") as f:
+        with fileio.open_file(path, "rb") as f:
             for line in f:
                 chunks.update(separators.split(line.decode("utf-8", "ignore")))
     basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)

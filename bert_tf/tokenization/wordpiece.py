@@ -33,26 +33,8 @@ def convert_to_unicode(text):
     raise BertError(f"tokenizer input must be str or bytes, got {type(text).__name__}")
 
 
-def _read_text(path, missing):
-    """fileio.read_text, but a local file is read without importing TensorFlow."""
-    if "://" in path:
-        return fileio.read_text(path, missing)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise BertError(f"{path}: {missing}") from None
-    except OSError as e:
-        raise BertError(f"{path}: cannot read ({e.strerror})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise BertError(f"{path}: line {line} is not valid UTF-8") from None
-
-
 def _read_lines(vocab_file):
-    text = _read_text(vocab_file, "vocab file not found")
+    text = fileio.read_text(vocab_file, "vocab file not found")
     # Split on "\n" only: str.splitlines() would also split tokens containing U+2028, U+0085...
     lines = text.split("\n")
     if lines and lines[-1] == "":
