@@ -41,7 +41,7 @@ from bert_tf.export import common
 from bert_tf.export.task_settings import TASKS, check_task_model, labels_for, pooling_for  # noqa: F401
 from bert_tf.modeling import models
 from bert_tf.modeling import real_length as rl
-from bert_tf.export.preprocessor import (TEXT_B_SPEC, TEXT_SPEC, TextPreprocessor,
+from bert_tf.export.preprocessor import (TEXT_B_SPEC, TEXT_SPEC, shared_preprocessor,
                                          check_seq_length)
 
 MASK_LITERAL = tokenization.MASK
@@ -65,11 +65,12 @@ class EndToEndModule(tf.Module):
         strip_accents: None (= do_lower_case, the original) or a bool (see
             `export_end_to_end`).
         pooling, normalize: embeddings: the `embedding` output (see `export_end_to_end`).
+        preprocessing: a `TextPreprocessor` of these settings shared with other exports.
     """
 
     def __init__(self, model, vocab_file, do_lower_case, task="embeddings", seq_length=128,
                  labels=None, top_k=5, max_masks=8, max_answer_length=30, name="bert_end_to_end",
-                 strip_accents=None, pooling=None, normalize=None):
+                 strip_accents=None, pooling=None, normalize=None, preprocessing=None):
         super().__init__(name=name)
         check_task_model(model, task)
         check_seq_length(seq_length)
@@ -87,8 +88,8 @@ class EndToEndModule(tf.Module):
                             max_answer_length, None)
             return
         # The one in-graph preprocessor every export uses (tracked: vocab table and asset).
-        self.preprocessing = TextPreprocessor(vocab_file, do_lower_case, seq_length,
-                                              strip_accents=strip_accents)
+        self.preprocessing = shared_preprocessor(preprocessing, vocab_file, do_lower_case,
+                                                 seq_length, strip_accents)
         from bert_tf.tokenization import check_vocab_size
         tokens = check_vocab_size(vocab_file, cfg.vocab_size)
         self._init_rest(model, task, cfg, seq_length, labels, top_k, max_masks,

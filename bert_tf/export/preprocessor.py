@@ -98,9 +98,23 @@ class TextPreprocessor(tf.Module):
         self.mask_id, self.vocab_size = tok.mask_id, tok.vocab_size
         self.do_lower_case, self.strip_accents = tok.do_lower_case, tok.strip_accents
         self._piece_lengths = None
+        # A tokenizer trace is ~1,300 ops (seconds): traced once per input structure for every
+        # function and every export that shares this preprocessor (run_pretraining's three
+        # text-in models).
+        self._tokenize_fn = common.TraceOnce(self._tokenize, reads_variables=False)
+        self._tokenize_flat_fn = common.TraceOnce(self._tokenize_flat, reads_variables=False)
+
+    def matches(self, vocab_file, do_lower_case, seq_length, strip_accents=None):
+        """Whether this preprocessor is the one these settings would build (to share it)."""
+        want = do_lower_case if strip_accents is None else bool(strip_accents)
+        return (self.tokenizer.vocab_file, self.do_lower_case, self.seq_length,
+                self.strip_accents) == (vocab_file, bool(do_lower_case), int(seq_length), want)
 
     def tokenize(self, text):
         """string [batch] -> int32 RaggedTensor [batch, words, pieces] (rank-1 checked)."""
+        return self._tokenize_fn(tf.convert_to_tensor(text, tf.string))
+
+    def _tokenize(self, text):
         pieces = self.tokenizer.tokenize(check_text(text, "text"))
         return pieces.with_flat_values(tf.cast(pieces.flat_values, tf.int32))
 
@@ -124,6 +138,9 @@ class TextPreprocessor(tf.Module):
     def tokenize_flat(self, text):
         """string [batch] -> int32 RaggedTensor [batch, pieces]; packing needs no word
         boundaries, and skipping them is cheaper."""
+        return self._tokenize_flat_fn(tf.convert_to_tensor(text, tf.string))
+
+    def _tokenize_flat(self, text):
         pieces = self.tokenizer.tokenize_flat(check_text(text, "text"))
         return pieces.with_flat_values(tf.cast(pieces.flat_values, tf.int32))
 
@@ -164,6 +181,24 @@ class TextPreprocessor(tf.Module):
         return self.pack([tokenize(text), tokenize(text_b)])
 
 
+def shared_preprocessor(preprocessing, vocab_file, do_lower_case, seq_length, strip_accents):
+    """`preprocessing` if given (BertError unless it has these settings), else a new
+    TextPreprocessor of them.
+
+    Args:
+        preprocessing: a TextPreprocessor or None.
+        vocab_file, do_lower_case, seq_length, strip_accents: as `TextPreprocessor`.
+    """
+    if preprocessing is None:
+        return TextPreprocessor(vocab_file, do_lower_case, seq_length,
+                                strip_accents=strip_accents)
+    if not preprocessing.matches(vocab_file, do_lower_case, seq_length, strip_accents):
+        raise BertError(f"export: the shared preprocessor ({preprocessing.tokenizer.vocab_file}, "
+                        f"do_lower_case={preprocessing.do_lower_case}, seq_length="
+                        f"{preprocessing.seq_length}) differs from this export's settings")
+    return preprocessing
+
+
 class TokenizeModule(tf.Module):
     """`tokenize` / `tokenize_with_offsets` of the preprocessor SavedModel: callable on string
     [batch], with `get_special_tokens_dict()` (as Model Garden's, a sub-object).
@@ -197,6 +232,8 @@ class BertPreprocessor(tf.Module):
         seq_length: packed length of the signatures; `bert_pack_inputs`' default.
         name: tf.Module name.
         strip_accents: None (= do_lower_case) or a bool, see `TextPreprocessor`.
+        preprocessing: a `TextPreprocessor` of these settings to share (its tokenizer traces
+            too) with other exports; None builds one.
     """
 
     # Plain attributes, not tf.Module's computed properties: TF Hub reads them from the
@@ -204,16 +241,15 @@ class BertPreprocessor(tf.Module):
     variables = trainable_variables = regularization_losses = None
 
     def __init__(self, vocab_file, do_lower_case=True, seq_length=128, name="bert_preprocessor",
-                 strip_accents=None):
+                 strip_accents=None, preprocessing=None):
         super().__init__(name=name)
-        self.preprocessing = TextPreprocessor(vocab_file, do_lower_case, seq_length,
-                                              strip_accents=strip_accents)
+        self.preprocessing = shared_preprocessor(preprocessing, vocab_file, do_lower_case,
+                                                 seq_length, strip_accents)
         pre = self.preprocessing
         self.variables, self.trainable_variables, self.regularization_losses = [], [], []
-        # One trace of the tokenizer, called from every function.
-        self._tokenize_fn = common.TraceOnce(pre.tokenize, reads_variables=False)
-        # Packing needs no word boundaries: one trace of the cheaper flat ids.
-        self._tokenize_flat_fn = common.TraceOnce(pre.tokenize_flat, reads_variables=False)
+        # The tokenizer's traces (once each, in TextPreprocessor), called from every function;
+        # packing needs no word boundaries: the cheaper flat ids.
+        self._tokenize_fn, self._tokenize_flat_fn = pre.tokenize, pre.tokenize_flat
         # Saving retraces bert_pack_inputs' eight variants: each then only calls this.
         pack = common.TraceOnce(pre.pack, reads_variables=False)
 
@@ -270,7 +306,7 @@ class BertPreprocessor(tf.Module):
 
 
 def export_preprocessor(vocab_file, do_lower_case, export_dir, seq_length=128,
-                        extra_pack_seq_lengths=(), strip_accents=None):
+                        extra_pack_seq_lengths=(), strip_accents=None, preprocessing=None):
     """Writes the preprocessor SavedModel to export_dir (atomically); returns export_dir.
 
     Args:
@@ -284,11 +320,12 @@ def export_preprocessor(vocab_file, do_lower_case, export_dir, seq_length=128,
         strip_accents: None (strip exactly when lower-casing, as the original) or a bool
             (False with do_lower_case: keras-hub's `BertTokenizer(lowercase=True)`); the
             metadata records the resolved value next to do_lower_case.
+        preprocessing: a `TextPreprocessor` of these settings shared with other exports.
     """
     for n in extra_pack_seq_lengths:
         check_seq_length(n, "extra_pack_seq_lengths")
     module = BertPreprocessor(vocab_file, do_lower_case, seq_length,
-                              strip_accents=strip_accents)
+                              strip_accents=strip_accents, preprocessing=preprocessing)
     tok = module.tokenizer
     metadata = {
         "format": common.FORMAT, "kind": "preprocessor", "seq_length": module.seq_length,

@@ -85,6 +85,7 @@ def export_pretrained(model, export_dir, options, init_source=None):
     """
     from bert_tf import export
     from bert_tf.export import serving
+    from bert_tf.export.preprocessor import TextPreprocessor
     if not options.vocab_file:
         export.export_encoder(model, export_dir, with_mlm=True)
         log.info("exported the ids-in encoder to %s; for text-in models (TF Hub preprocessor "
@@ -96,15 +97,20 @@ def export_pretrained(model, export_dir, options, init_source=None):
     names = [name + s for s in SUFFIXES]
     version = max(serving.next_version(posixpath.join(export_dir, n)) for n in names)
     pooled = embedding_pooling(init_source or getattr(options, "init_checkpoint", None))
+    # One in-graph tokenizer for the three text-in models: traced once, not once per model.
+    shared = TextPreprocessor(vocab, lower, seq)
     for task, model_name, extra in (("fill_mask", names[0], {}),
                                     ("embeddings", names[1], pooled)):
         serving.export_for_serving(export_dir, model_name, version, model=model,
                                    vocab_file=vocab, do_lower_case=lower, task=task,
-                                   seq_length=seq, **extra)
+                                   seq_length=seq, preprocessing=shared, **extra)
     texts = tf.constant([t.encode() for t in serving.DEFAULT_WARMUP_TEXTS])
     pre_dir, enc_dir = (posixpath.join(export_dir, n, str(version)) for n in names[2:])
 
-    _with_warmup(lambda d: export.export_preprocessor(vocab, lower, d, seq), pre_dir, [
+    def write_preprocessor(d):
+        return export.export_preprocessor(vocab, lower, d, seq, preprocessing=shared)
+
+    _with_warmup(write_preprocessor, pre_dir, [
         serving.predict_request(names[2], "serving_default", {"text": texts[:1]}),
         serving.predict_request(names[2], "serving_default", {"text": texts})])
     # The encoder's warm-up inputs: the exported preprocessor's ids of the same texts.

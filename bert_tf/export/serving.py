@@ -197,7 +197,8 @@ def write_version(module, version_dir, model_name, warmup_texts=None, warmup_pai
 def export_for_serving(export_base, model_name, version=None, *, model, vocab_file,
                        do_lower_case=True, task="embeddings", seq_length=128, labels=None,
                        top_k=5, max_masks=8, max_answer_length=30, warmup_texts=None,
-                       warmup_pairs=None, strip_accents=None, pooling=None, normalize=None):
+                       warmup_pairs=None, strip_accents=None, pooling=None, normalize=None,
+                       preprocessing=None):
     """Writes the end-to-end SavedModel to <export_base>/<model_name>/<version>/ atomically,
     with warm-up requests. Returns the version folder.
 
@@ -221,6 +222,8 @@ def export_for_serving(export_base, model_name, version=None, *, model, vocab_fi
         strip_accents: as `end_to_end.export_end_to_end`.
         pooling: as `end_to_end.export_end_to_end`.
         normalize: as `end_to_end.export_end_to_end`.
+        preprocessing: a `TextPreprocessor` of these settings shared with other exports (its
+            tokenizer is traced once for all of them).
     """
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", model_name or ""):
         raise BertError(f"--model_name: {model_name!r} is not a valid model name "
@@ -236,7 +239,7 @@ def export_for_serving(export_base, model_name, version=None, *, model, vocab_fi
                         "once served; pick another --version)")
     module = EndToEndModule(model, vocab_file, do_lower_case, task, seq_length, labels, top_k,
                             max_masks, max_answer_length, strip_accents=strip_accents,
-                            pooling=pooling, normalize=normalize)
+                            pooling=pooling, normalize=normalize, preprocessing=preprocessing)
     return write_version(module, final, model_name, warmup_texts, warmup_pairs,
                          metadata=dict(model_name=model_name, version=version))
 
