@@ -363,15 +363,18 @@ def world(tmp_path_factory):
     # (_pair_exports: no default test's block does, ~30 s of CPU).
     vocab_file = f"{rel}/vocab.txt"
     _PAIR[w] = (pretrainer, vocab_file)
+    # One in-graph tokenizer for the three: traced once, not once per export.
+    from bert_tf.export.preprocessor import TextPreprocessor
+    shared = dict(vocab_file=vocab_file, seq_length=32,
+                  preprocessing=TextPreprocessor(vocab_file, True, 32))
     export.export_for_serving(f"{w}/models", "bert_fill_mask", model=pretrainer,
-                              vocab_file=vocab_file, task="fill_mask", seq_length=32)
+                              task="fill_mask", **shared)
     shutil.copytree(f"{w}/models/bert_fill_mask", f"{w}/export/bert_demo")  # the demo's
     span = build_model(BertSpanLabeler(pretrainer.encoder))
-    export.export_for_serving(f"{w}/models", "bert_squad", model=span, vocab_file=vocab_file,
-                              task="span", seq_length=32)
+    export.export_for_serving(f"{w}/models", "bert_squad", model=span, task="span", **shared)
     clf = build_model(BertClassifier(pretrainer.encoder, num_classes=2))
-    export.export_for_serving(f"{w}/models", "bert_classifier", model=clf, vocab_file=vocab_file,
-                              task="classification", seq_length=32, labels=["neg", "pos"])
+    export.export_for_serving(f"{w}/models", "bert_classifier", model=clf,
+                              task="classification", labels=["neg", "pos"], **shared)
     # The scripts, reachable from the cwd as in a checkout.
     for script in SCRIPTS:
         os.symlink(os.path.join(ROOT, script), os.path.join(w, script))
