@@ -12,10 +12,13 @@ import tempfile
 import numpy as np
 import pytest
 
-# The tokenizer probe cache of this test session (subprocesses inherit it), set before anything
-# probes: tests never write into the user's ~/.cache.
-os.environ["BERT_TF_CACHE"] = tempfile.mkdtemp(prefix="bert_tf_test_cache-")
-atexit.register(shutil.rmtree, os.environ["BERT_TF_CACHE"], True)
+# The tokenizer probe cache of this test session, set before anything probes: tests never write
+# into the user's ~/.cache. Made by the session's first process (xdist's controller), whose
+# workers and subprocesses inherit it: the probes (~4 s) run once, not once per worker.
+if "BERT_TF_TEST_CACHE" not in os.environ:
+    os.environ["BERT_TF_TEST_CACHE"] = tempfile.mkdtemp(prefix="bert_tf_test_cache-")
+    atexit.register(shutil.rmtree, os.environ["BERT_TF_TEST_CACHE"], True)
+os.environ["BERT_TF_CACHE"] = os.environ["BERT_TF_TEST_CACHE"]
 
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND before keras is imported)
 from bert_tf.training.distribute import split_cpu  # noqa: E402

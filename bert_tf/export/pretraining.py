@@ -113,9 +113,9 @@ def export_pretrained(model, export_dir, options, init_source=None):
     _with_warmup(write_preprocessor, pre_dir, [
         serving.predict_request(names[2], "serving_default", {"text": texts[:1]}),
         serving.predict_request(names[2], "serving_default", {"text": texts})])
-    # The encoder's warm-up inputs: the exported preprocessor's ids of the same texts.
-    ids = {k: v.numpy() for k, v in
-           tf.saved_model.load(pre_dir).signatures["serving_default"](text=texts).items()}
+    # The encoder's warm-up inputs: the ids the exported preprocessor's serving_default gives
+    # for the same texts (the same traced tokenizer and packer, without loading the export).
+    ids = {k: v.numpy() for k, v in shared.text_to_ids(texts).items()}
     requests = [
         serving.predict_request(names[3], "serving_default", {k: v[:1] for k, v in ids.items()}),
         serving.predict_request(names[3], "serving_default", ids)]
