@@ -28,6 +28,7 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "the", "qu
          "##want", "run", "##ning", "北", "京", "a", "cat", "σ", "##ς"]
 TEXTS = ["The quick brown fox jumps!", "Café  cafe\u0301 naïve", "", "北京 unwanted x\x00y",
          "RUNNING\tdog 😀 " + "a" * 201, "  ΣΣ.  "]
+LAYERS = 1
 BAD_UTF8 = b"fox\xff jumped \xe2\x82"  # invalid bytes are dropped, as the tokenizer does
 
 
@@ -38,7 +39,8 @@ class Env:
             f.write("\n".join(VOCAB) + "\n")
         self.tok = tokenization.FullTokenizer(self.vocab, do_lower_case=True)
         keras.utils.set_random_seed(5)
-        cfg = tiny_bert_config(dropout=0.1, vocab_size=len(VOCAB))
+        # One layer: every export here traces the encoder (nothing here depends on depth).
+        cfg = tiny_bert_config(dropout=0.1, vocab_size=len(VOCAB), num_hidden_layers=LAYERS)
         self.model = bm.build_model(bm.BertPretrainer(be.BertEncoder.from_bert_config(cfg)))
         # Head weights away from their initialisers (zero bias, unit gamma).
         rng = np.random.default_rng(0)
@@ -75,7 +77,7 @@ def test_encoder_mlm_equals_the_pretraining_models_logits(env):
     root = env.enc({k: v for k, v in x.items() if k != "masked_lm_positions"})
     for k in ("pooled_output", "sequence_output"):
         np.testing.assert_array_equal(out[k].numpy(), root[k].numpy())
-    assert [t.shape for t in out["encoder_outputs"]] == [(3, SEQ, 32)] * 2
+    assert [t.shape for t in out["encoder_outputs"]] == [(3, SEQ, 32)] * LAYERS
     # training=True turns dropout on, as in Model Garden's mlm
     drop = env.enc.mlm(x, training=True)["mlm_logits"].numpy()
     assert np.abs(drop - out["mlm_logits"].numpy()).max() > 1e-2
@@ -87,7 +89,7 @@ def test_encoder_mlm_equals_the_pretraining_models_logits(env):
 
 def test_encoder_mlm_and_root_variables(env):
     n = len(env.model.encoder.weights)
-    assert n == 5 + 16 * 2 + 2
+    assert n == 5 + 16 * LAYERS + 2
     # root: the encoder's weights (trainable) + do_lower_case (not), as Model Garden's
     assert len(env.enc.trainable_variables) == n and len(env.enc.variables) == n + 1
     assert env.enc.variables[-1] is env.enc.do_lower_case
