@@ -17,6 +17,7 @@ from bert_tf import tokenization
 from bert_tf.export import common
 from bert_tf.export.encoder import EncoderModule
 from bert_tf.export.end_to_end import EndToEndModule, IdsModule
+from bert_tf.export.preprocessor import TextPreprocessor
 from conftest import original_pack, task_models
 
 SEQ = 32
@@ -59,6 +60,9 @@ class Env:
         self.vocab = str(base / "vocab.txt")
         (base / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
         self.tok = tokenization.FullTokenizer(self.vocab, do_lower_case=True)
+        # One in-graph preprocessor for every module: its tokenizer is traced once for the
+        # file (seconds per module otherwise); what is compared is the model's cut.
+        self.preprocessing = TextPreprocessor(self.vocab, True, SEQ)
         self.models = task_models(len(VOCAB), seed=7)
         # Heads away from their initialisers, so task outputs are not near-constant.
         rng = np.random.default_rng(0)
@@ -78,7 +82,8 @@ def modules(env, task, ids_only=False):
     (traced inside the patch, `call_uncut`): one trace, no tokenizer."""
     kwargs = {"pooling": "mean"} if task == "embeddings" else {}
     make = (lambda: IdsModule(env.models[task], task, SEQ, **kwargs)) if ids_only else (
-        lambda: EndToEndModule(env.models[task], env.vocab, True, task, SEQ, **kwargs))
+        lambda: EndToEndModule(env.models[task], env.vocab, True, task, SEQ,
+                               preprocessing=env.preprocessing, **kwargs))
     cut, uncut = make(), make()
     rec = Recorder(cut._core.obj)
     cut._core = common.Ref(rec)
