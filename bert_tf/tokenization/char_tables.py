@@ -92,6 +92,7 @@ def case_fixups():
 
 
 @functools.lru_cache(maxsize=None)
+@probe_cache.cached(lambda v: tuple(tuple(p) for p in v))  # a Python loop over all code points
 def _sigma_context_tables():
     """(starts, ends) ranges of Cased and of Case_Ignorable as Python's str.lower sees them.
 
