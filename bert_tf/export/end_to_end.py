@@ -347,7 +347,7 @@ class IdsModule(EndToEndModule):
 
 def export_end_to_end(model, vocab_file, do_lower_case, export_dir, task="embeddings",
                       seq_length=128, labels=None, top_k=5, max_masks=8, max_answer_length=30,
-                      strip_accents=None, pooling=None, normalize=None):
+                      strip_accents=None, pooling=None, normalize=None, preprocessing=None):
     """Writes the end-to-end SavedModel to export_dir (atomically); returns export_dir.
 
     Args:
@@ -372,8 +372,10 @@ def export_end_to_end(model, vocab_file, do_lower_case, export_dir, task="embedd
             default a BertEmbedder's own, else "cls".
         normalize: embeddings: L2-normalise `embedding` (default a BertEmbedder's own, else
             False).
+        preprocessing: a `TextPreprocessor` of these settings shared with other exports (its
+            tokenizer is traced once for all of them).
     """
     module = EndToEndModule(model, vocab_file, do_lower_case, task, seq_length, labels, top_k,
                             max_masks, max_answer_length, strip_accents=strip_accents,
-                            pooling=pooling, normalize=normalize)
+                            pooling=pooling, normalize=normalize, preprocessing=preprocessing)
     return common.write_saved_model(module, export_dir, module.signatures(), module.metadata())
