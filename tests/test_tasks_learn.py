@@ -89,10 +89,11 @@ def _cola_like(tmp_path, rng):
     return data, [int(line.split("\t")[1]) for line in lines[:24]]
 
 
+# One layer where no threshold depends on the model: the files' agreement, not learning.
 def test_cola_eval_results_match_test_predictions(tmp_path):
     """eval_results.txt (accuracy, MCC) agrees exactly with test_results.tsv on the same data,
     and a second run evaluates the saved checkpoint without training."""
-    flags = _setup(tmp_path, WORDS)
+    flags = _setup(tmp_path, WORDS, num_hidden_layers=1)
     data, labels = _cola_like(tmp_path, random.Random(1))
     cfg = classifier.ClassifierConfig(task_name="cola", data_dir=str(data), do_train=True,
                                       do_eval=True, do_predict=True, max_seq_length=8,
@@ -119,7 +120,7 @@ def test_cola_eval_results_match_test_predictions(tmp_path):
 
 
 def test_stsb_regression_writes_pearson_spearman(tmp_path):
-    flags = _setup(tmp_path, WORDS)
+    flags = _setup(tmp_path, WORDS, num_hidden_layers=1)  # no threshold: one layer
     data = tmp_path / "stsb"
     data.mkdir()
     rng = random.Random(2)
@@ -146,7 +147,7 @@ def test_stsb_regression_writes_pearson_spearman(tmp_path):
 
 def test_tfds_path_trains_and_evaluates(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
-    flags = _setup(tmp_path, list("abcdefghij"))
+    flags = _setup(tmp_path, list("abcdefghij"), num_hidden_layers=1)  # no threshold
     with tfds.testing.mock_data(num_examples=16):
         result = classifier.run(classifier.ClassifierConfig(
             tfds_name="glue/mrpc", do_train=True, do_eval=True, max_seq_length=16,
