@@ -218,9 +218,10 @@ def text_classifier(src):
 @pytest.fixture(scope="module")
 def text_clf(src, tmp_path_factory):
     """A text-in classifier (not fine-tuned: test_text_classifier_fine_tunes_on_raw_strings),
-    saved to .keras with its predictions."""
+    saved to .keras with its logits (a direct call: predict on strings is
+    test_text_classifier_takes_raw_strings' pairs, no second predict function traced)."""
     clf = text_classifier(src)
-    logits = clf.predict(PROBE, verbose=0)
+    logits = keras.ops.convert_to_numpy(clf(PROBE))
     base = tmp_path_factory.mktemp("text_clf")
     clf.save(str(base / "clf.keras"))
     np.save(base / "want.npy", logits)
@@ -278,16 +279,23 @@ def test_text_classifier_fine_tunes_on_raw_strings(src):
 
 def test_keras_file_loads_after_import_bert_tf(text_clf):
     # A fresh process where `import bert_tf` comes first (the import hook registers the
-    # classes when keras loads): no bert_tf module imported by hand, identical predictions.
+    # classes when keras loads): no bert_tf module imported by hand, identical logits (direct
+    # calls, as text_clf's). Then bert_tf's lazy submodules (was test_handoffs.py's
+    # test_lazy_submodules, its own TensorFlow process): bert_tf.export, not imported by
+    # loading the file, resolves on attribute access, load_as_keras_model from its module.
     code = ("import sys, numpy as np, bert_tf, keras\n"
             "assert 'bert_tf.modeling.models' not in sys.modules\n"
             f"m = keras.saving.load_model({text_clf['path']!r})\n"
-            f"got = m.predict({PROBE!r}, verbose=0)\n"
+            f"got = keras.ops.convert_to_numpy(m({PROBE!r}))\n"
             f"assert np.array_equal(got, np.load({text_clf['want']!r})), got\n"
-            "print(type(m).__name__, m.preprocessor.seq_length, m.preprocessor.do_lower_case)")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+            "print(type(m).__name__, m.preprocessor.seq_length, m.preprocessor.do_lower_case)\n"
+            "assert 'bert_tf.export' not in sys.modules\n"
+            "print(bert_tf.export.load_as_keras_model.__module__)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split("\n")[-2] == "BertTextModel 12 True"
+    assert run.stdout.split("\n")[-3:] == ["BertTextModel 12 True",
+                                           "bert_tf.export.keras_loading", ""]
 
 
 def test_registration_when_keras_came_first(text_clf):
