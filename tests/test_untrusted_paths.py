@@ -272,7 +272,6 @@ def test_preprocessor_casing_is_data_never_a_guess(src, tmp_path):
 
 # file -> names it may use, with why: each runs a SavedModel bert_tf itself wrote
 RUNNERS = {
-    "bert_tf/export/pretraining.py": {"tf.saved_model.load"},  # its own just-written export
     "bert_tf/demo_predict.py": {"keras.layers.TFSMLayer"},  # the demo's own exports
     # load_as_keras_layer: documented for exports you trust (the compatibility guide)
     "bert_tf/export/keras_loading.py": {"keras.layers.TFSMLayer"},

@@ -105,7 +105,11 @@ class TextPreprocessor(tf.Module):
         self._tokenize_flat_fn = common.TraceOnce(self._tokenize_flat, reads_variables=False)
 
     def matches(self, vocab_file, do_lower_case, seq_length, strip_accents=None):
-        """Whether this preprocessor is the one these settings would build (to share it)."""
+        """Whether this preprocessor is the one these settings would build (to share it).
+
+        Args:
+            vocab_file, do_lower_case, seq_length, strip_accents: as the constructor's.
+        """
         want = do_lower_case if strip_accents is None else bool(strip_accents)
         return (self.tokenizer.vocab_file, self.do_lower_case, self.seq_length,
                 self.strip_accents) == (vocab_file, bool(do_lower_case), int(seq_length), want)
