@@ -181,7 +181,7 @@ def write_text_atomic(path, text, make_parent=False):
 
     Args:
         path: local or gs://... destination; replaced if it exists.
-        text: str to write.
+        text: str to write (UTF-8).
         make_parent: create the parent folder first if missing.
 
     Returns:
@@ -190,19 +190,24 @@ def write_text_atomic(path, text, make_parent=False):
     Raises:
         BertError: the write or rename failed.
     """
+    if not isinstance(text, str):
+        raise BertError(f"{path}: text to write must be str, got {type(text).__name__}")
     parent = os.path.dirname(path)
     tmp = tmp_name(path)
     if is_local(path):
         try:
             if make_parent and parent:
                 os.makedirs(parent, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
+            # newline="": the bytes gfile would write (no \r\n on Windows).
+            with open(tmp, "w", encoding="utf-8", newline="") as f:
                 f.write(text)
             os.replace(tmp, path)
         except OSError as e:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
+            _remove_local(tmp)
             raise BertError(f"{path}: cannot write ({e.strerror})") from None
+        except BaseException:  # bad text, or a stop signal in between: no temp file is left
+            _remove_local(tmp)
+            raise
         return path
     import tensorflow as tf
     try:
@@ -218,6 +223,11 @@ def write_text_atomic(path, text, make_parent=False):
             pass
         raise BertError(f"{path}: cannot write ({e.message})") from None
     return path
+
+
+def _remove_local(path):
+    with contextlib.suppress(OSError):
+        os.remove(path)
 
 
 def error_gist(error):

@@ -15,7 +15,8 @@ import pytest
 # The tokenizer probe cache of this test session, set before anything probes: tests never write
 # into the user's ~/.cache. Made by the session's first process (xdist's controller), whose
 # workers and subprocesses inherit it: the probes (~4 s) run once, not once per worker.
-if "BERT_TF_TEST_CACHE" not in os.environ:
+if "BERT_TF_TEST_CACHE" not in os.environ or "PYTEST_XDIST_WORKER" not in os.environ:
+    # Not an xdist worker: a folder of its own (one leaked from a shell is not reused).
     os.environ["BERT_TF_TEST_CACHE"] = tempfile.mkdtemp(prefix="bert_tf_test_cache-")
     atexit.register(shutil.rmtree, os.environ["BERT_TF_TEST_CACHE"], True)
 os.environ["BERT_TF_CACHE"] = os.environ["BERT_TF_TEST_CACHE"]

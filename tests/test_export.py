@@ -320,7 +320,10 @@ def run_fresh(exp, names, tmp_path, tf1_keys, full):
         plain_inputs = {k: np.asarray(v).tolist() for k, v in inputs.items()}
         cases.setdefault(exp[name], []).append((key, sig, plain_inputs, dtypes))
         expected[key] = reference(exp, name, sig, inputs)
-    tf1_keys = [k for k in expected if k in tf1_keys or k.split("/")[0] in tf1_keys]
+    asked = set(tf1_keys)
+    tf1_keys = [k for k in expected if k in asked or k.split("/")[0] in asked]
+    # Every key asked for names a request (a renamed one must not drop the TF1 check).
+    assert asked and asked <= set(expected) | {k.split("/")[0] for k in expected}, asked
     (tmp_path / "spec.json").write_text(json.dumps([cases, tf1_keys]), encoding="utf-8")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     env.pop("PYTHONPATH", None)

@@ -11,7 +11,8 @@ from bert_tf.tokenization import char_tables, fast_path, probe_cache
 # (probe with its lru_cache, arguments); `.__wrapped__` is the disk-cached probe.
 PROBES = [(char_tables.char_classes, ()), (char_tables.case_fixups, ()),
           (char_tables.sigma_risky_class, ()), (fast_path._fast_mask, (True, True)),
-          (fast_path._fast_mask, (False, False)), (fast_path.split_risky_mask, ())]
+          (fast_path._fast_mask, (False, False)), (fast_path.split_risky_mask, ()),
+          (char_tables._sigma_context_tables, ())]
 
 
 def _same(a, b):

@@ -24,6 +24,8 @@ SavedModel (the TF Hub text preprocessor API):
   - `variables`, `trainable_variables`, `regularization_losses` (empty: nothing to train).
 The vocab file is a SavedModel asset (copied into assets/ by tf.saved_model.save).
 """
+import os
+
 import bert_tf  # noqa: F401
 import tensorflow as tf
 
@@ -74,6 +76,12 @@ def check_same_batch(a, b):
         return tf.identity(a), tf.identity(b)
 
 
+def _settings(vocab_file, do_lower_case, seq_length, strip_accents):
+    lower = bool(do_lower_case)
+    return (os.fspath(vocab_file), lower, seq_length,
+            lower if strip_accents is None else bool(strip_accents))
+
+
 class TextPreprocessor(tf.Module):
     """Tokenizer + packer shared by every export (in-graph, TF Serving-safe ops only).
 
@@ -110,9 +118,13 @@ class TextPreprocessor(tf.Module):
         Args:
             vocab_file, do_lower_case, seq_length, strip_accents: as the constructor's.
         """
-        want = do_lower_case if strip_accents is None else bool(strip_accents)
-        return (self.tokenizer.vocab_file, self.do_lower_case, self.seq_length,
-                self.strip_accents) == (vocab_file, bool(do_lower_case), int(seq_length), want)
+        return self.settings() == _settings(vocab_file, do_lower_case, seq_length,
+                                            strip_accents)
+
+    def settings(self):
+        """(vocab file, do_lower_case, seq_length, strip_accents) as resolved."""
+        return _settings(self.tokenizer.vocab_file, self.do_lower_case, self.seq_length,
+                         self.strip_accents)
 
     def tokenize(self, text):
         """string [batch] -> int32 RaggedTensor [batch, words, pieces] (rank-1 checked)."""
@@ -196,10 +208,12 @@ def shared_preprocessor(preprocessing, vocab_file, do_lower_case, seq_length, st
     if preprocessing is None:
         return TextPreprocessor(vocab_file, do_lower_case, seq_length,
                                 strip_accents=strip_accents)
+    check_seq_length(seq_length)
     if not preprocessing.matches(vocab_file, do_lower_case, seq_length, strip_accents):
-        raise BertError(f"export: the shared preprocessor ({preprocessing.tokenizer.vocab_file}, "
-                        f"do_lower_case={preprocessing.do_lower_case}, seq_length="
-                        f"{preprocessing.seq_length}) differs from this export's settings")
+        names = "(vocab_file, do_lower_case, seq_length, strip_accents)"
+        raise BertError(f"export: the shared preprocessor's {names} "
+                        f"{preprocessing.settings()} differ from this export's "
+                        f"{_settings(vocab_file, do_lower_case, seq_length, strip_accents)}")
     return preprocessing
 
 

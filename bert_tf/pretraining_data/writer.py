@@ -144,26 +144,13 @@ def rename_into_place(tmp, path):
 
 
 def write_text_atomic(path, text):
-    """Write text via a temp name + rename (local without TensorFlow); returns `path`.
+    """`fileio.write_text_atomic` (local without TensorFlow); returns `path`.
 
     Args:
         path: the file to write.
         text: its contents (UTF-8).
     """
-    if not is_local(path):
-        return fileio.write_text_atomic(path, text)
-    tmp = tmp_name(path)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        remove_quietly(tmp)
-        raise BertError(f"{path}: cannot write ({e.strerror})") from None
-    except BaseException:  # a stop signal in between: no temp file is left
-        remove_quietly(tmp)
-        raise
-    return path
+    return fileio.write_text_atomic(path, text)
 
 
 def read_text(path):
