@@ -203,10 +203,10 @@ def write_text_atomic(path, text, make_parent=False):
                 f.write(text)
             os.replace(tmp, path)
         except OSError as e:
-            _remove_local(tmp)
+            remove_file_quietly(tmp)
             raise BertError(f"{path}: cannot write ({e.strerror})") from None
         except BaseException:  # bad text, or a stop signal in between: no temp file is left
-            _remove_local(tmp)
+            remove_file_quietly(tmp)
             raise
         return path
     import tensorflow as tf
@@ -217,17 +217,27 @@ def write_text_atomic(path, text, make_parent=False):
             f.write(text)
         tf.io.gfile.rename(tmp, path, overwrite=True)
     except tf.errors.OpError as e:
-        try:
-            tf.io.gfile.remove(tmp)
-        except tf.errors.OpError:
-            pass
+        remove_file_quietly(tmp)
         raise BertError(f"{path}: cannot write ({e.message})") from None
     return path
 
 
-def _remove_local(path):
-    with contextlib.suppress(OSError):
-        os.remove(path)
+def remove_file_quietly(path):
+    """Delete the file `path` if it exists (local without TensorFlow); errors are ignored.
+
+    Args:
+        path: local or gs://... file.
+    """
+    if is_local(path):
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        return
+    import tensorflow as tf
+    try:
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.remove(path)
+    except tf.errors.OpError:
+        pass
 
 
 def error_gist(error):

@@ -12,6 +12,7 @@ from bert_tf import BertError, fileio
 from bert_tf.pretraining_data.documents import is_local
 
 tmp_name = fileio.tmp_name
+remove_quietly = fileio.remove_file_quietly
 
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
@@ -96,22 +97,6 @@ def exists(path):
         return os.path.exists(path)
     gfile, _ = _gfile()
     return gfile.exists(path)
-
-
-def remove_quietly(path):
-    """Delete `path` if it exists; errors are ignored."""
-    if is_local(path):
-        try:
-            os.remove(path)
-        except OSError:
-            pass
-        return
-    gfile, op_error = _gfile()
-    try:
-        if gfile.exists(path):
-            gfile.remove(path)
-    except op_error:
-        pass
 
 
 def remove_stale_tmps(path):
