@@ -84,3 +84,20 @@ def test_cleared_needs_replicates_no_censoring_parity_and_the_goal(case, results
         assert "no interval (n = 4 < 5)" in printed
     if case == "parity off":
         assert "PARITY FAILED" in printed
+
+
+def test_gain90_target_sits_below_the_plateau():
+    """90% of Model Garden's gain over the baseline: a replicate that ends just short of Model
+    Garden's final is censored at "final" but crosses "gain90", at the interpolated time."""
+    results = _results(5, 3.0, censor={4})
+    summary = ttq_report.summarize("mini", results)
+    assert summary["packed"]["censored"] == [4]
+    gain90 = summary["gain90"]["packed"]
+    assert gain90["censored"] == []
+    seed, curves, _ = results[3]
+    t, arm = curves["mg"][-1][1], curves["packed"][-1][1]
+    # target 0.05 + 0.9 * 0.15 = 0.185: MG crosses at t/2 + t/2 * 0.065/0.08, the arm at
+    # arm/2 + arm/2 * 0.035/0.049.
+    want = (t / 2 * (1 + 0.065 / 0.08)) / (arm / 2 * (1 + 0.035 / 0.049))
+    assert gain90["per_replicate_ratio"][3] == pytest.approx(want)
+    assert summary["gain90"]["mg_times"][seed][0] == pytest.approx(t / 2 * (1 + 0.065 / 0.08))
