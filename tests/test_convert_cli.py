@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 
-import bert_tf  # noqa: F401
+import bert_tf
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -156,6 +156,15 @@ def test_peer_free_pairs_keep_the_outputs(source, ref, sources, tmp_path, from_f
                            else ["encoder"])
         if from_format == "hf":
             check_preprocessor(out, str(d / "vocab.txt"))
+            # The pair hands off: from_pretrained of the pair directory and of its encoder/
+            # (vocab and casing from the sibling preprocessor) gives the source's text model
+            # (was test_handoffs::test_convert_savedmodel_pair_loads, a second pair export).
+            want = bert_tf.from_pretrained(sources["hf"], text_input=True, seq_length=16)(
+                TEXTS)["pooled_output"].numpy()  # eager calls on a list
+            for path in (out, os.path.join(out, "encoder")):
+                got = bert_tf.from_pretrained(path, text_input=True, seq_length=16)
+                np.testing.assert_allclose(got(TEXTS)["pooled_output"].numpy(), want,
+                                           atol=1e-6, err_msg=path)
     elif to_format == "tf1":
         assert listing == ["bert_config.json", "bert_model.ckpt.data-00000-of-00001",
                            "bert_model.ckpt.index"] + (["vocab.txt"] if vocab else [])

@@ -53,16 +53,9 @@ def test_contradicting_flags_are_one_line(hf_dir, tmp_path):
         assert "\n" not in str(e.value)
 
 
-def test_convert_savedmodel_pair_loads(hf_dir, tmp_path):
-    from bert_tf.convert.__main__ import convert
-    # Eager calls on a list (predict's forward pass without tracing a predict function:
-    # tests/test_serve_path.py::test_keras_data_conventions)
-    ref = bert_tf.from_pretrained(hf_dir, text_input=True, seq_length=16)
-    want = ref(TEXT)["pooled_output"].numpy()
-    pair = convert("hf", hf_dir, "savedmodel", str(tmp_path / "sm"))
-    for path in (pair, os.path.join(pair, "encoder")):
-        got = bert_tf.from_pretrained(path, text_input=True, seq_length=16)
-        np.testing.assert_allclose(got(TEXT)["pooled_output"].numpy(), want, atol=1e-6)
+# The `bert-convert --to=savedmodel` pair as a from_pretrained source (the pair directory and its
+# encoder/, vocab and casing from the sibling preprocessor): tests/test_convert_cli.py::
+# test_peer_free_pairs_keep_the_outputs[savedmodel-hf], on the pair that test exports anyway.
 
 
 def test_keras_file_loads(hf_dir, tmp_path):
