@@ -86,6 +86,28 @@ class TraceOnce:
         return self._traces[key](*args, **kwargs)
 
 
+class TracedWhenSaved:
+    """tf.Module mixin: the variants to save of functions without an input_signature can be
+    traced while saving instead of before.
+
+    `tf.saved_model.save` keeps the variants a function has been traced with, and traces each
+    again in its own context (the cache key includes the save options): a variant traced
+    ahead of the save only to be kept costs one more trace, a model forward among them. A
+    subclass traces them in `_saved_traces()`; the save calls it when it first lists this
+    module's children, inside its context and before it lists the functions themselves, so
+    a module that did not trace them before (an export's) traces each once.
+    """
+
+    def _saved_traces(self):
+        """Traces the variants to save (`fn.get_concrete_function(...)` calls)."""
+        raise NotImplementedError
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        if save_type == "savedmodel":
+            self._saved_traces()
+        return super()._trackable_children(save_type, **kwargs)
+
+
 def _unknown_length(value):
     """A tensor's spec with its batch and length dimensions (axes 0 and 1) unknown, the rest as
     they are (a ragged tensor's spec as it is); other values as they are."""

@@ -39,18 +39,19 @@ def _non_weight_variables(layer, weights):
             if id(getattr(v, "value", v)) not in weights]
 
 
-class MlmModule(tf.Module):
+class MlmModule(common.TracedWhenSaved, tf.Module):
     """The encoder export's `mlm` sub-object: ids + masked_lm_positions -> encoder outputs +
     mlm_logits (see module docstring).
 
     Args:
         encoder_module: the EncoderModule (runs the encoder with the same id checks).
         model: the task model holding the `masked_lm` head (a BertPretrainer).
+        trace_now: as `EncoderModule`'s.
     """
 
     variables = trainable_variables = regularization_losses = None
 
-    def __init__(self, encoder_module, model):
+    def __init__(self, encoder_module, model, trace_now=True):
         super().__init__(name="mlm")
         head = model.masked_lm
         common.ensure_built(model)
@@ -66,6 +67,10 @@ class MlmModule(tf.Module):
         self.regularization_losses = []
         self.dropout_seed_state = _non_weight_variables(
             head, {id(v) for v in self.head_variables})
+        if trace_now:
+            self._saved_traces()
+
+    def _saved_traces(self):
         spec = dict(common.ids_spec(), masked_lm_positions=POSITIONS_SPEC)
         for training in (False, True):
             self.__call__.get_concrete_function(spec, training=training)
@@ -98,7 +103,7 @@ class MlmModule(tf.Module):
         return self._head.obj(sequence_output, positions, self._word_embeddings.obj)
 
 
-class EncoderModule(tf.Module):
+class EncoderModule(common.TracedWhenSaved, tf.Module):
     """The encoder SavedModel's root object (see module docstring).
 
     Args:
@@ -109,13 +114,17 @@ class EncoderModule(tf.Module):
             with vocab_file.
         with_mlm: add the `mlm` sub-object; None: when the model has a `masked_lm` head.
         name: tf.Module name.
+        trace_now: trace the functions to save now (batch and length unknown), so calls in
+            this process use those traces; False (`export_encoder`): only while saving, where
+            `tf.saved_model.save` would trace them again in its own context (a model forward
+            per `training` value saved).
     """
 
     # Plain attributes instead of tf.Module's computed properties, so they are saved.
     variables = trainable_variables = regularization_losses = None
 
     def __init__(self, encoder_or_model, vocab_file=None, do_lower_case=None, with_mlm=None,
-                 name="bert_encoder"):
+                 name="bert_encoder", trace_now=True):
         super().__init__(name=name)
         has_head = hasattr(encoder_or_model, "masked_lm")
         if with_mlm and not has_head:
@@ -149,12 +158,16 @@ class EncoderModule(tf.Module):
             self.variables.append(self.do_lower_case)
         # keras.layers.TFSMLayer's default endpoint name.
         self.serve = self.__call__
+        if trace_now:
+            self._saved_traces()
+        if self.with_mlm:
+            self.mlm = MlmModule(self, encoder_or_model, trace_now)
+
+    def _saved_traces(self):
         # The traces that are saved: inference, and training (dropout on) as TF Hub's
         # KerasLayer(trainable=True) calls it while fine-tuning.
         for training in (False, True):
             self.__call__.get_concrete_function(common.ids_spec(), training=training)
-        if self.with_mlm:
-            self.mlm = MlmModule(self, encoder_or_model)
 
     def _check_vocab(self, vocab_file):
         from bert_tf.tokenization import check_vocab_size
@@ -255,7 +268,8 @@ def export_encoder(encoder_or_model, export_dir, vocab_file=None, do_lower_case=
         before_publish: optional callable(tmp_dir) adding files (warm-up requests) before
             the export is renamed into place.
     """
-    module = EncoderModule(encoder_or_model, vocab_file, do_lower_case, with_mlm)
+    module = EncoderModule(encoder_or_model, vocab_file, do_lower_case, with_mlm,
+                           trace_now=False)
     metadata = {"format": common.FORMAT, "kind": "encoder", "with_mlm": module.with_mlm,
                 **common.model_metadata(module._model.obj)}
     if vocab_file is not None:
