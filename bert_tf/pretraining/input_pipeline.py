@@ -126,6 +126,10 @@ def dynamic_mask(features, masker, seed, pipeline_id, batch_index):
     return out
 
 
+# Every tf.data function here is plain TF ops (explicit tf.cond/while_loop): AutoGraph
+# converting them (tf.data's default) only costs tracing time (~1 CPU-s a cold pipeline).
+_plain = tf.autograph.experimental.do_not_convert
+
 # Shuffling is stateless (keyed by the seed only): tf.data's own shuffle also depends on the
 # global TF seed, which would make a resumed run read a different stream.
 
@@ -141,7 +145,7 @@ def _shuffled_files(files, sizes, seed, repeat):
                                                    tf.gather(lengths, order)))
 
     epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
-    return epochs.flat_map(epoch_files)
+    return epochs.flat_map(_plain(epoch_files))
 
 
 def _block_shuffle(ds, size, seed):
@@ -154,7 +158,7 @@ def _block_shuffle(ds, size, seed):
         order = tf.argsort(tf.random.stateless_uniform([n], k))
         return tf.nest.map_structure(lambda t: tf.gather(t, order), block)
 
-    return ds.batch(size).enumerate().map(shuffle_block).unbatch()
+    return ds.batch(size).enumerate().map(_plain(shuffle_block)).unbatch()
 
 
 def file_sizes(files):
@@ -304,7 +308,8 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
     if num_pipelines > 1 and not shard_records:
         files = files[pipeline_id::num_pipelines]
     sizes = file_sizes(files)  # of this pipeline's files only
-    read = lambda path, size: _read_file(path, size, flag, skip_corrupt_records)
+    # Nested functions (_read_file's scan/filter/map) inherit the unconverted status.
+    read = _plain(lambda path, size: _read_file(path, size, flag, skip_corrupt_records))
     if is_training:
         ds = _shuffled_files(files, sizes, seed, repeat)
         ds = ds.interleave(read, cycle_length=max(1, min(cycle_length, len(files))),
@@ -344,9 +349,7 @@ def pretraining_dataset(file_pattern, batch_size, max_seq_length, max_prediction
             features = dynamic_mask(features, masker, seed, pipeline_id, indices[0] // batch_size)
         return features
 
-    # Plain TF ops: AutoGraph converting them (tf.data's default) only costs tracing time.
-    plain = tf.autograph.experimental.do_not_convert
-    ds = ds.map(plain(parse), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(_plain(parse), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     ds = ds.batch(batch_size, drop_remainder=True)  # static shapes (TPU)
-    ds = ds.map(plain(check), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(_plain(check), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -14,11 +14,20 @@ from bert_tf import BertError
 from bert_tf.pretraining.tfrecord_reader import REGENERATE
 
 
+def _first(mask):
+    """Index of the first True of a 1-D bool `mask` (its length when none is)."""
+    n = tf.shape(mask, out_type=tf.int32)[0]
+    return tf.reduce_min(tf.where(mask, tf.range(n), n))
+
+
 def _in_range(values, low, high, phrase):
     """(per-row ok [B], message parts for the first bad value of row `r`) of values [B, ...]."""
     rows = tf.reshape(values, [tf.shape(values)[0], -1])
     inside = (rows >= low) & (rows < high)
-    first_bad = lambda r: tf.as_string(tf.boolean_mask(rows[r], ~inside[r])[0])
+
+    def first_bad(r):  # a gather, no boolean_mask: cheap to trace, safe when all are inside
+        i = tf.minimum(_first(~inside[r]), tf.shape(rows)[1] - 1)
+        return tf.as_string(rows[r][i])
     return tf.reduce_all(inside, axis=1), lambda r: phrase(first_bad(r))
 
 
@@ -64,19 +73,15 @@ def check_ranges(features, paths, indices, max_seq_length, vocab_size=None, type
     row_ok = tf.reduce_all(tf.stack([c for c, _ in checks], axis=1), axis=1)
 
     def fail():
-        # Only run when a check failed: the first bad example, its first failing check.
-        r = tf.argmin(tf.cast(row_ok, tf.int32), output_type=tf.int32)
-        done = tf.constant(True)
-        for c, phrase in checks:
-            def raise_error(phrase=phrase):
-                op = tf.debugging.Assert(False, [tf.strings.join(
-                    [flag, " ", paths[r], ": record ", tf.as_string(indices[r]), ": "]
-                    + phrase(r))])
-                with tf.control_dependencies([op]):
-                    return tf.constant(True)
-            with tf.control_dependencies([done]):
-                done = tf.cond(c[r], lambda: tf.constant(True), raise_error)
-        return done
+        # Only run when a check failed: the first bad example, its first failing check. One
+        # Assert of the chosen message (not a cond per check): tracing is per pipeline.
+        r = _first(~row_ok)
+        which = _first(~tf.stack([c[r] for c, _ in checks]))
+        where = [flag, " ", paths[r], ": record ", tf.as_string(indices[r]), ": "]
+        messages = tf.stack([tf.strings.join(where + phrase(r)) for _, phrase in checks])
+        op = tf.debugging.Assert(False, [messages[which]])
+        with tf.control_dependencies([op]):
+            return tf.constant(True)
 
     checked = tf.cond(tf.reduce_all(row_ok), lambda: tf.constant(True), fail)
     with tf.control_dependencies([checked]):
