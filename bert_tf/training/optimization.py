@@ -115,6 +115,10 @@ class _BertOptimizerMixin:
                 "clip_norm": self.clip_norm}
 
 
+class _StepConstants:
+    constants = None  # dtype -> the update's constant tensors while one is traced
+
+
 class _AdamMoments(_BertOptimizerMixin, keras.optimizers.Optimizer):
     """Shared state of AdamWeightDecay and Lamb: the hyper-parameters and the m/v slots."""
 
@@ -124,6 +128,7 @@ class _AdamMoments(_BertOptimizerMixin, keras.optimizers.Optimizer):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self._bert_init(weight_decay_rate, exclude_from_weight_decay, clip_norm)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+        self._step = _StepConstants()  # a plain object: nothing for checkpoints to track
 
     def build(self, var_list):
         if self.built:
@@ -131,13 +136,43 @@ class _AdamMoments(_BertOptimizerMixin, keras.optimizers.Optimizer):
         super().build(var_list)
         self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
 
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        # The step's constants once per update, not once per variable: fewer ops to trace
+        # (the optimizer was ~half the training step's graph), the same values.
+        self._step.constants = {}
+        try:  # made here, in the replica context, before the per-variable updates
+            for dtype in {tf.as_dtype(v.dtype) for v in trainable_variables}:
+                self._constants(dtype)
+            return super()._backend_update_step(grads, trainable_variables, learning_rate)
+        finally:
+            self._step.constants = None
+
+    def _constants(self, dtype):
+        """This update's beta_1, 1 - beta_1, beta_2, 1 - beta_2, epsilon, weight_decay_rate
+        and Adam's bias corrections (1 - beta^t) as `dtype` tensors."""
+        cache = {} if self._step.constants is None else self._step.constants
+        dtype = tf.as_dtype(dtype)
+        if dtype not in cache:
+            c = {k: tf.constant(x, dtype) for k, x in (
+                ("b1", self.beta_1), ("1-b1", 1.0 - self.beta_1), ("b2", self.beta_2),
+                ("1-b2", 1.0 - self.beta_2), ("eps", self.epsilon),
+                ("wd", self.weight_decay_rate))}
+            t = tf.cast(self.iterations + 1, dtype)
+            c["bc1"], c["bc2"] = 1.0 - tf.pow(c["b1"], t), 1.0 - tf.pow(c["b2"], t)
+            cache[dtype] = c
+        return cache[dtype]
+
     def _update_moments(self, gradient, variable):
-        """m, v after this step's update (the biased moments, as the original keeps them)."""
-        g = ops.cast(tf.convert_to_tensor(gradient), variable.dtype)
+        """m, v after this step's update (the biased moments, as the original keeps them), as
+        tensors: the values just assigned, not read back."""
+        c = self._constants(variable.dtype)
+        g = tf.cast(tf.convert_to_tensor(gradient), variable.dtype)
         i = self._get_variable_index(variable)
-        m, v = self._m[i], self._v[i]
-        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * g)
-        self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(g))
+        m_var, v_var = self._m[i].value, self._v[i].value
+        m = c["b1"] * m_var + c["1-b1"] * g
+        v = c["b2"] * v_var + c["1-b2"] * tf.square(g)
+        m_var.assign(m)
+        v_var.assign(v)
         return m, v
 
     def get_config(self):
@@ -169,11 +204,12 @@ class AdamWeightDecay(_AdamMoments):
             variable: the variable to update.
             learning_rate: this step's learning rate.
         """
-        lr = ops.cast(learning_rate, variable.dtype)
+        lr = tf.cast(learning_rate, variable.dtype)
         m, v = self._update_moments(gradient, variable)
-        update = m / (ops.sqrt(v) + self.epsilon)
+        c = self._constants(variable.dtype)
+        update = m / (tf.sqrt(v) + c["eps"])
         if self.weight_decay_rate and self._use_weight_decay(variable):
-            update = update + self.weight_decay_rate * variable
+            update = update + c["wd"] * variable
         self.assign_sub(variable, lr * update)
 
 
@@ -198,15 +234,13 @@ class Lamb(_AdamMoments):
             variable: the variable to update.
             learning_rate: this step's learning rate.
         """
-        lr = ops.cast(learning_rate, variable.dtype)
-        t = ops.cast(self.iterations + 1, variable.dtype)
+        lr = tf.cast(learning_rate, variable.dtype)
         m, v = self._update_moments(gradient, variable)
-        m_hat = m / (1.0 - ops.power(ops.cast(self.beta_1, variable.dtype), t))
-        v_hat = v / (1.0 - ops.power(ops.cast(self.beta_2, variable.dtype), t))
-        update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        c = self._constants(variable.dtype)
+        update = (m / c["bc1"]) / (tf.sqrt(v / c["bc2"]) + c["eps"])
         if self._use_weight_decay(variable):
             if self.weight_decay_rate:
-                update = update + self.weight_decay_rate * variable
+                update = update + c["wd"] * variable
             w_norm = ops.sqrt(ops.sum(ops.square(variable)))
             u_norm = ops.sqrt(ops.sum(ops.square(update)))
             ratio = ops.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, 1.0)
