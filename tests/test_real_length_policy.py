@@ -297,6 +297,32 @@ def test_fit_predict_rounds_do_not_retrace():
     assert not out["logits"][val["input_mask"] == 0].any()
 
 
+def test_first_fit_traces_its_step_once_with_the_numbers_of_keras_own_build():
+    """Adam's slots are built before fit traces its step (Keras builds them inside the first
+    trace, and a tf.function that creates variables traces twice): one trace, and the weights
+    after two epochs equal a twin trained through keras.Model.fit's own build."""
+    def make():
+        model = BertClassifier.from_bert_config(_cfg(), 3, dropout_rate=0.0)
+        model.build()
+        model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+    ours, twin = make(), make()
+    twin.set_weights(ours.get_weights())
+    traces = _record_lengths(ours)
+    x, y = _ids([3, 5, 2, 4, 16, 3, 7, 2]), np.array([0, 1, 2, 0, 1, 2, 0, 1])
+    ours.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False,
+             pad_to_max_seq_length=True)
+    assert traces == [S]
+    assert not twin.optimizer.built
+    keras.Model.fit(twin, x, y, batch_size=4, epochs=2, verbose=0, shuffle=False)
+    names = [[v.path.split("/", 1)[1].replace(m.name, "model", 1) for v in m.optimizer.variables]
+             for m in (ours, twin)]
+    assert names[0] == names[1] and len(names[0]) == 2 + 2 * len(ours.trainable_variables)
+    for a, b in zip(ours.get_weights(), twin.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_predict_in_one_thread_does_not_cut_a_direct_call_in_another():
     model = BertTokenClassifier.from_bert_config(_cfg(), 3, dropout_rate=0.0)
     model.build()
