@@ -73,7 +73,7 @@ from bert_tf.pretraining import phase_plan, phases, pretraining  # noqa: E402
 from packing import (Stepper, padding_share, quality_data, unigram_baseline,  # noqa: E402
                      unpacked_evaluation)
 from peers_train import ModelGarden  # noqa: E402
-from ttq_report import ARMS, summarize, write_json  # noqa: E402
+from ttq_report import ARMS, equal_batches, summarize, write_json  # noqa: E402
 
 EVAL_BATCH = 64
 START = time.time()
@@ -226,18 +226,6 @@ def make_arms(name, seed, args, files, vocab, steps, out, arms):
         arms["two_phase"] = arm
         facts.update(rows512=rows512, phase1_steps=n1, sequences_per_row512=per_row)
     return facts
-
-
-def equal_batches(batch, per_row):
-    """(packed rows a step, sequences a plain step): the same sequences a step on average, as
-    near `batch` as that allows. The packed file's mean sequences a row rarely times a whole
-    number of rows to a whole number of sequences (rounding cost packed 1.2-2.9% of its
-    sequences at bert-tiny): the pair with the smallest mismatch, within a quarter of `batch`."""
-    pairs = [(rows, round(rows * per_row)) for rows in range(1, 2 * batch + 1)]
-    pairs = [(r, b) for r, b in pairs if b >= 1 and abs(b - batch) <= batch / 4] or [
-        (max(1, round(batch / per_row)), batch)]
-    return min(pairs, key=lambda p: (round(abs(p[0] * per_row - p[1]) / p[1], 3),
-                                     abs(p[1] - batch)))
 
 
 def code_version():

@@ -101,3 +101,27 @@ def test_gain90_target_sits_below_the_plateau():
     want = (t / 2 * (1 + 0.065 / 0.08)) / (arm / 2 * (1 + 0.035 / 0.049))
     assert gain90["per_replicate_ratio"][3] == pytest.approx(want)
     assert summary["gain90"]["mg_times"][seed][0] == pytest.approx(t / 2 * (1 + 0.065 / 0.08))
+
+
+def test_gain90_without_a_model_garden_crossing_leaves_the_replicate_out():
+    """A Model Garden final below the baseline puts gain90's target above its curve: that
+    replicate is left out of gain90 (and nothing clears), not a crash."""
+    results = _results(5, 3.0)
+    results[1][2]["baseline"] = 0.3  # replicate 2: target 0.3 + 0.9 * (0.2 - 0.3) = 0.21
+    summary = ttq_report.summarize("mini", results)
+    assert summary["gain90"]["mg_never"] == [2]
+    assert summary["gain90"]["packed"]["seeds"] == [1, 3, 4, 5]
+    assert summary["gain90"]["packed"]["cleared"] is False
+    assert summary["invalid"] == [2] and summary["packed"]["cleared"] is False
+
+
+@pytest.mark.parametrize("batch, per_row, want", [
+    (16, 1.58, (12, 19)),   # 10 rows: 15.8 for 16 (1.3% off); 12 rows: 18.96 for 19 (0.2%)
+    (16, 2.0, (8, 16)),     # exact at the batch asked for
+    (16, 2.6, (5, 13)),     # 13.0 exactly (6 rows: 15.6 for 16, 2.5% off)
+    (2, 2.6, (1, 3)),       # below the quarter range: rows for the batch, then its sequences
+])
+def test_equal_batches(batch, per_row, want):
+    rows, seqs = ttq_report.equal_batches(batch, per_row)
+    assert (rows, seqs) == want
+    assert abs(rows * per_row - seqs) / seqs <= 0.15

@@ -322,6 +322,33 @@ def test_values_past_the_preflight_are_checked_in_graph(tmp_path, changes, want)
         assert _data_error(ds) == f"--input_file {path}: record 7: {want}"
 
 
+@pytest.mark.parametrize("masked", [2, 0])  # 0: --max_predictions_per_seq=0 records
+def test_check_ranges_names_the_first_failing_check_of_the_first_bad_row(masked):
+    """Row 1 fails two checks (input_ids first in order, then segment_ids) at two values
+    each, row 2 fails too: the message names row 1's record, input_ids and its first bad id;
+    with no input_ids check, segment_ids' first bad value."""
+    from bert_tf.pretraining.record_checks import check_ranges
+    features = dict(
+        input_word_ids=tf.constant([[1, 2, 3, 4], [1, 99, 3, 98], [1, 97, 3, 4]]),
+        input_type_ids=tf.constant([[0, 0, 1, 1], [0, 3, 1, 7], [0, 0, 1, 1]]),
+        masked_lm_ids=tf.ones([3, masked], tf.int32),
+        masked_lm_positions=tf.ones([3, masked], tf.int32),
+        next_sentence_labels=tf.constant([[0], [1], [0]]))
+    paths, indices = tf.constant(["p0", "p1", "p2"]), tf.constant([10, 11, 12])
+    for vocab_size, want in (
+            (50, "input_ids has id 99 outside [0, vocab_size 50) of --bert_config_file: use "
+                 "the bert_config.json that matches the data or regenerate the data"),
+            (None, "segment_ids has 3 outside [0, type_vocab_size 2) of --bert_config_file: "
+                   "use the matching bert_config.json or regenerate the data")):
+        with pytest.raises(tf.errors.InvalidArgumentError) as e:  # in a graph, as tf.data
+            tf.function(lambda v=vocab_size: check_ranges(features, paths, indices, SEQ, v, 2))()
+        assert str(explain_data_error(e.value)) == f"--input_file p1: record 11: {want}"
+    ok = dict(features, input_word_ids=features["input_word_ids"][:1] * 0 + 1)
+    ok = {k: v[:1] for k, v in ok.items()}
+    out = check_ranges(ok, paths[:1], indices[:1], SEQ, 50, 2)
+    assert out.keys() == ok.keys()
+
+
 def test_in_range_values_pass_unchanged(tmp_path):
     feats = write_pretraining_records(tmp_path / "a.tfrecord", 8, seed=3)
     b = _collect(_ds(str(tmp_path / "a.tfrecord"), batch=8, vocab_size=VOCAB,

@@ -21,7 +21,10 @@ def _first(mask):
 
 
 def _in_range(values, low, high, phrase):
-    """(per-row ok [B], message parts for the first bad value of row `r`) of values [B, ...]."""
+    """(per-row ok [B], message parts for the first bad value of row `r`) of values [B, ...];
+    None for rows of no values (nothing to check, nothing to gather a message from)."""
+    if values.shape[1:].num_elements() == 0:
+        return None
     rows = tf.reshape(values, [tf.shape(values)[0], -1])
     inside = (rows >= low) & (rows < high)
 
@@ -70,6 +73,7 @@ def check_ranges(features, paths, indices, max_seq_length, vocab_size=None, type
                 "re-pack the data with bert-pack-pretraining-data"]))
     checks.append(_in_range(features["next_sentence_labels"], 0, 2, lambda bad: [
         "next_sentence_labels is ", bad, f", must be 0 or 1: {REGENERATE}"]))
+    checks = [c for c in checks if c is not None]
     row_ok = tf.reduce_all(tf.stack([c for c, _ in checks], axis=1), axis=1)
 
     def fail():

@@ -140,7 +140,9 @@ class _AdamMoments(_BertOptimizerMixin, keras.optimizers.Optimizer):
         # The step's constants once per update, not once per variable: fewer ops to trace
         # (the optimizer was ~half the training step's graph), the same values.
         self._step.constants = {}
-        try:  # made here, in the replica context, before the per-variable updates
+        # Made here, before the per-variable updates. Under a tf.distribute strategy each
+        # replica makes them and the merged update uses the last replica's: equal values.
+        try:
             for dtype in {tf.as_dtype(v.dtype) for v in trainable_variables}:
                 self._constants(dtype)
             return super()._backend_update_step(grads, trainable_variables, learning_rate)
