@@ -311,6 +311,9 @@ class BertPreprocessingLayer(keras.layers.Layer):
         self.tokenizer = BertTextTokenizer(vocab_file, do_lower_case=do_lower_case,
                                            strip_accents=strip_accents)
         self.strip_accents = self.tokenizer.strip_accents
+        # No weights to make (the table is the tokenizer's): built now, so a model holding this
+        # layer counts as built before its first call (a fit builds its optimizer up front).
+        self.built = True
 
     def call(self, inputs):
         texts = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
