@@ -264,7 +264,8 @@ def test_keras_fit_predict_on_texts_cut_per_batch(tmp_path):
         m.model.call = (lambda call, name: lambda x, **kw: (seen[name].append(
             x["input_mask"].shape[1]), call(x, **kw))[1])(m.model.call, name)
     # fit first: the preprocessing layer (no weights) counts as built, so Adam's slots are made
-    # before the step is traced, and each fit traces its step once (was twice for the first).
+    # before the step is traced, and each fit traces its step once. The cut model's fit is the
+    # first call of `pre` (its check catches a second trace); the pad model's comes after.
     h_cut = cut.fit(texts, labels, batch_size=4, epochs=1, shuffle=False, verbose=0)
     h_pad = pad.fit(texts, labels, batch_size=4, epochs=1, shuffle=False, verbose=0)
     # fit's step cut the batches too; each length traced once (the cut step: its inner length

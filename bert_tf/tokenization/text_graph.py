@@ -313,7 +313,9 @@ class BertPreprocessingLayer(keras.layers.Layer):
         self.strip_accents = self.tokenizer.strip_accents
         # No weights to make (the table is the tokenizer's): built now, so a model holding this
         # layer counts as built before its first call (a fit builds its optimizer up front).
-        self.built = True
+        # A subclass with its own build() is left to Keras.
+        if type(self).build is keras.layers.Layer.build:
+            self.built = True
 
     def call(self, inputs):
         texts = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
