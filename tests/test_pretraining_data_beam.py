@@ -34,19 +34,44 @@ def corpus(tmp_path_factory):
     return _write_synthetic(d, num_docs=100, sentences=(10, 30))
 
 
+_NETWORK = {"on": False, "seen": []}
+
+
+def _network_probe(event, args):
+    """Audit hook: name lookups, URL opens and TCP connects while _NETWORK["on"]."""
+    if _NETWORK["on"] and (event in ("socket.getaddrinfo", "urllib.Request") or (
+            event == "socket.connect" and isinstance(args[1], tuple))):
+        _NETWORK["seen"].append((event, args[1] if event != "urllib.Request" else args[0]))
+
+
+sys.addaudithook(_network_probe)  # hooks cannot be removed: it records only while on
+
+
 @pytest.fixture(scope="module")
 def in_process(corpus, tmp_path_factory):
-    """One in-process DirectRunner run, shared by the tests below."""
+    """One in-process DirectRunner run, shared by the tests below; records any network use."""
     d = tmp_path_factory.mktemp("beam_one")
     text, vocab = corpus
-    data = run(Options(input_file=text, vocab_file=vocab, mode="beam", runner="DirectRunner",
-                       dupe_factor=5, output_file=str(d / "out"), output_shards=3,
-                       nsp_reservoir_size=30, progress=False))
-    return d, data
+    _NETWORK.update(on=True, seen=[])
+    try:
+        data = run(Options(input_file=text, vocab_file=vocab, mode="beam", runner="DirectRunner",
+                           dupe_factor=5, output_file=str(d / "out"), output_shards=3,
+                           nsp_reservoir_size=30, progress=False))
+    finally:
+        _NETWORK["on"] = False
+    return d, data, list(_NETWORK["seen"])
+
+
+def test_direct_runner_uses_no_network(in_process):
+    """Beam's DirectRunner would first fetch its Prism binary from GitHub (a stall offline):
+    the local run never looks a host up."""
+    assert in_process[2] == []
+    assert beam_lib.local_runner("DirectRunner") == "FnApiRunner"
+    assert beam_lib.local_runner("DataflowRunner") == "DataflowRunner"
 
 
 def test_beam_schema_statistics_and_stats_file(in_process, corpus):
-    d, data = in_process
+    d, data, _ = in_process
     assert data["outputs"] == [str(d / f"out-0000{i}-of-00003") for i in range(3)]
     assert sorted(os.listdir(d)) == [".bert_tf", "out-00000-of-00003", "out-00001-of-00003",
                                      "out-00002-of-00003"]  # no temp files
@@ -75,7 +100,7 @@ def test_beam_schema_statistics_and_stats_file(in_process, corpus):
 
 def test_beam_shards_feed_the_training_input_pipeline(in_process):
     from bert_tf.pretraining import input_pipeline
-    d, data = in_process
+    d, data, _ = in_process
     ds = input_pipeline.pretraining_dataset(str(d / "out-*-of-00003"), batch_size=7,
                                             max_seq_length=128, max_predictions_per_seq=20,
                                             is_training=False)
@@ -100,7 +125,7 @@ def test_beam_same_files_as_streaming_and_with_two_workers(in_process, corpus, t
     """A piece is streaming's shard, written by streaming's writer: --output_shards=3 gives
     streaming's 3 files byte for byte, and 2 worker threads give them again. (2 worker
     processes: test_cli_multi_processing_pass_through, slow.)"""
-    d, data = in_process
+    d, data, _ = in_process
     text, vocab = corpus
     streamed = run(Options(input_file=text, vocab_file=vocab, mode="streaming", dupe_factor=5,
                            output_file=str(tmp_path / "s" / "out"), output_shards=3,
@@ -186,7 +211,7 @@ def test_library_imports_without_beam():
 def test_cli_multi_processing_pass_through(tmp_path, corpus, in_process):
     """The script passes the Beam options it does not know to the DirectRunner: 2 worker
     processes write the same files as the in-process run."""
-    d, data = in_process
+    d, data, _ = in_process
     text, vocab = corpus
     proc = subprocess.run(
         [sys.executable, os.path.join(REPO, "create_pretraining_data.py"), "--runner=DirectRunner",
