@@ -22,25 +22,35 @@ if "BERT_TF_TEST_CACHE" not in os.environ or "PYTEST_XDIST_WORKER" not in os.env
 os.environ["BERT_TF_CACHE"] = os.environ["BERT_TF_TEST_CACHE"]
 
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND before keras is imported)
-from bert_tf.training.distribute import split_cpu  # noqa: E402
 
-TWO_CPUS = split_cpu(2)
+TWO_CPUS = False  # set by pytest_configure, before any test module imports TensorFlow
+
+
+def pytest_configure(config):
+    """Splits the CPU in the processes that run tests. xdist's controller runs none: it does
+    not start TensorFlow (~6 s on one core before the workers even spawn)."""
+    global TWO_CPUS
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    from bert_tf.training.distribute import split_cpu
+    TWO_CPUS = split_cpu(2)
+
 
 # Seconds per file (default suite, 2 cores, a fresh clone without the peers as CI has it,
-# 2026-11-29: 996 s wall; the 30 longest). Files run longest first, so that `make test`'s
-# two workers (one file each at a time) do not end with one long file on one worker while the
-# other idles; within a file the order is unchanged.
+# 2026-11-30, the 30 longest). Files run longest first, so that `make test`'s two workers (one
+# file each at a time) do not end with one long file on one worker while the other idles;
+# within a file the order is unchanged.
 FILE_SECONDS = {
-    "test_training.py": 130, "test_real_length_serving.py": 116, "test_export.py": 110,
-    "test_real_length_training.py": 109, "test_serve_path.py": 100, "test_preemption.py": 97,
-    "test_install.py": 91, "test_tasks_learn.py": 79, "test_two_phase.py": 77,
-    "test_packed_training.py": 68, "test_doc_blocks.py": 65, "test_docs.py": 53,
-    "test_text_graph.py": 51, "test_formats.py": 50, "test_tasks_e2e.py": 49,
-    "test_convert_cli.py": 46, "test_untrusted_sources.py": 39, "test_real_length_policy.py": 38,
-    "test_input_pipeline.py": 37, "test_bf16.py": 36, "test_tfhub_dropin.py": 35,
-    "test_trainer.py": 33, "test_pretrained.py": 33, "test_handoffs.py": 32, "test_xla.py": 25,
-    "test_packed_schema.py": 22, "test_output.py": 20, "test_packing_data.py": 18,
-    "test_labels.py": 17, "test_quiet.py": 17,
+    "test_export.py": 143, "test_real_length_training.py": 125, "test_training.py": 115,
+    "test_tasks_learn.py": 100, "test_serve_path.py": 95, "test_two_phase.py": 90,
+    "test_packed_training.py": 80, "test_doc_blocks.py": 77, "test_docs.py": 64,
+    "test_text_graph.py": 63, "test_convert_cli.py": 57, "test_tasks_e2e.py": 56,
+    "test_formats.py": 49, "test_real_length_serving.py": 48, "test_real_length_policy.py": 47,
+    "test_untrusted_sources.py": 45, "test_bf16.py": 42, "test_input_pipeline.py": 38,
+    "test_pretrained.py": 35, "test_embeddings.py": 32, "test_tfhub_dropin.py": 31,
+    "test_multi_worker.py": 30, "test_packed_schema.py": 26, "test_trainer.py": 26,
+    "test_xla.py": 23, "test_labels.py": 22, "test_packing_data.py": 19, "test_output.py": 19,
+    "test_model.py": 19, "test_serving_load.py": 17,
 }
 
 

@@ -110,7 +110,7 @@ def test_failed_step_is_one_line_error(tmp_path):
 
 
 @pytest.mark.slow
-# slow: tests/test_install.py::test_demo_through_the_installed_wheel (the same run and checks
+# slow, as tests/test_install.py::test_demo_through_the_installed_wheel (the same run and checks
 # through the installed bert-demo; this one runs the checkout's run_demo in process)
 def test_demo_end_to_end(tmp_path, capsys):
     export_base = str(tmp_path / "export")

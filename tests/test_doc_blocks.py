@@ -85,10 +85,10 @@ SLOW = {
     # classifier, fit) and tests/test_docs.py::test_api_examples_run (API.md block 5:
     # from_pretrained of a release directory, a text classifier's fit / predict / save .keras)
     ("docs/models.md", "import bert_tf"),
-    # slow: tests/test_install.py::test_demo_through_the_installed_wheel (the installed
-    # bert-demo's step 5, bert_tf/demo_predict.py in a fresh process: the same keras.Input ->
-    # TFSMLayer preprocessor -> TFSMLayer encoder -> keras.Model on the demo's exports, called
-    # on a batch of text; it reads sequence_output where this block reads pooled_output)
+    # slow: tests/test_export.py::test_keras_classifier_on_loaded_preprocessor_and_encoder_
+    # trains (keras.Input -> the loaded preprocessor -> the loaded encoder -> keras.Model, on
+    # text); the demo's own step 5 (bert_tf/demo_predict.py: this block's TFSMLayer pair on
+    # the demo's exports) in the slow tests/test_install.py::test_demo_through_the_installed_wheel
     ("docs/models.md", "import keras, tensorflow as tf, tensorflow_text"),
     # slow: tests/test_embeddings.py::test_mean_pooling_and_normalize_from_the_sentence_
     # transformers_files (from_pretrained(task="embeddings", text_input=True) of a Hugging Face

@@ -127,7 +127,7 @@ def _single_process_losses(pattern, out, steps):
             for _ in range(steps)]
 
 
-@pytest.mark.slow  # ~60 s; the default suite's two-worker run: test_preemption's SIGTERM test
+# The default suite's two-worker run (test_preemption's three clusters are `slow`).
 def test_two_workers_match_one_process(cluster, tmp_path):
     out = tmp_path / "out"
     procs = cluster(out, "parity", num_train_steps=3, save_checkpoints_steps=100)

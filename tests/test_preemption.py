@@ -178,8 +178,7 @@ def setup(data):
 # run_pretraining.py's main() without the export at the end of training (~25 s a process on
 # busy cores; these tests compare checkpoints and eval results, test_output's 100-step run and
 # test_training's CLI test run the script with its export). The multi-worker test's resumed
-# cluster keeps the export (export=True: the script itself): the default suite's two-worker
-# export, chief only.
+# cluster keeps the export (export=True: the script itself): chief only.
 _NO_EXPORT = textwrap.dedent("""
     import sys
     from bert_tf.commands import run_pretraining as command
@@ -266,10 +265,12 @@ def _assert_preempted(proc, sent, out, steps=STEPS):
     return step, exit_latency
 
 
-# Four run_pretraining.py processes (~45 s on 2 idle cores); SIGTERM -> exit 75 and the same
-# command resuming exactly stay in the default suite through the multi-worker test below, the
-# in-process signal handling through test_sigterm_ends_a_long_loop_after_the_step_in_flight.
-# slow: test_sigterm_to_one_worker_stops_both_at_one_step_and_they_resume_exactly
+# slow: four run_pretraining.py processes (~45 s on 2 idle cores), as the two-worker test
+# below. The default suite keeps the signal ending a loop after the step in flight, with that
+# step's checkpoint (test_sigterm_ends_a_long_loop_after_the_step_in_flight), the exit code
+# (test_exit_code_is_distinct_and_a_system_exit), a process-level SIGTERM -> exit 75 -> resume
+# with the same bytes (test_packing_data.py) and resuming with the same numbers
+# (test_two_phase.py, test_trainer.py).
 @pytest.mark.slow
 def test_sigterm_exits_75_then_sigkill_and_the_same_command_resumes_exactly(setup):
     out = setup["dir"] / "run"
@@ -314,11 +315,15 @@ def _variables(checkpoint):
             if not name.startswith(("save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH"))}
 
 
+# slow: three 2-worker clusters, ~100 CPU-s. The default suite's two-worker run (parity with one
+# process, chief-only checkpoint and export): test_multi_worker.py's
+# test_two_workers_match_one_process; SIGTERM ending a loop after its step: the test above.
+@pytest.mark.slow
 def test_sigterm_to_one_worker_stops_both_at_one_step_and_they_resume_exactly(data):
     """Three 2-worker clusters (uninterrupted, preempted, resumed); the uninterrupted and the
     resumed runs' last checkpoints (model, optimizer slots, dropout RNG, ...) are compared.
     The resumed cluster exports (the chief to output_dir/export, worker 1 to a scratch
-    folder): the default suite's multi-worker export."""
+    folder)."""
     flags = dict(num_train_steps=30, do_eval=False)  # the signal lands at step 5 or 6
     ref = data["dir"] / "mw-reference"
     assert [_finish(p) for p in _cluster(data, ref, "run", **flags)] == [0, 0]
