@@ -87,7 +87,9 @@ test-py313:
 	  '^(bert.tf|tensorflow[a-z_-]*|keras|numpy|protobuf|ml.dtypes|absl-py|h5py|grpcio|safetensors|pytest)\s'
 	cd "$$(mktemp -d)" && $(abspath $(VENV313))/bin/python -c "import bert_tf, sys; \
 	  assert '/site-packages/' in bert_tf.__file__, bert_tf.__file__; print('testing', bert_tf.__file__, sys.version.split()[0])" \
-	  && $(abspath $(VENV313))/bin/python -m pytest -q $(abspath $(PY313_TESTS))
+	  && $(abspath $(VENV313))/bin/python -m pytest -q $(abspath $(PY313_TESTS)) \
+	  && $(abspath $(VENV313))/bin/python -m pytest -q -m "not peers" \
+	    $(abspath tests/test_install.py)::test_demo_through_the_installed_wheel
 
 # The same on the oldest Python that setup.py allows.
 test-py310:

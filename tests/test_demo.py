@@ -1,6 +1,6 @@
-"""The demo pipeline end to end (what `make demo` runs): with fewer steps in the default suite
-(through the installed wheel: test_install.py), in full (`bert-demo` from an empty folder, the
-learning criteria) behind `slow`."""
+"""The demo pipeline end to end (what `make demo` runs), behind `slow`: with fewer steps (here
+in process, and through the installed wheel in test_install.py) and in full (`bert-demo` from an
+empty folder, the learning criteria). The default suite runs its helpers."""
 import os
 import re
 import subprocess

@@ -187,8 +187,8 @@ def test_wheel_holds_commands_configs_and_corpus(wheel):
 
 
 @pytest.mark.slow
-# slow: the demo below runs the same commands from the installed package (4 exports with
-# warm-up requests, a fresh process without bert_tf loads them)
+# slow, as the demo below, which runs the same commands from the installed package (4 exports
+# with warm-up requests, a fresh process without bert_tf loads them)
 def test_pipeline_through_the_installed_commands(venv, tmp_path):
     bin_dir, env, fresh_site = venv
     work = tmp_path / "work"  # outside the checkout
@@ -277,9 +277,11 @@ _IMPORT_PROBE = textwrap.dedent("""
 """)
 
 
-# slow: five processes, ~70 CPU-s. The default suite keeps the installed wheel's contents and
-# every console script starting from it (the two tests around this one); the demo's steps run
-# from the checkout in their own tests (data, pre-training, exports, a fresh-process load).
+# slow: five processes, ~70 CPU-s (`make test-py313` runs it too). The default suite keeps the
+# wheel's contents (test_wheel_holds_commands_configs_and_corpus) and six console scripts
+# starting from the installed wheel (test_commands_help_from_the_installed_wheel); the demo's
+# steps run from the checkout in their own tests (data, pre-training, exports, a fresh-process
+# load). The demo itself, and bert_tf/demo_predict.py, run in slow tests only.
 @pytest.mark.slow
 def test_demo_through_the_installed_wheel(venv, tmp_path):
     """The installed `bert-demo`, from a folder outside the checkout, with the small settings:

@@ -295,9 +295,10 @@ def test_two_replicas_match_one_device_on_packed_batches(data, tmp_path, referen
 
 # ---- run_pretraining.py on packed records: learns, SIGTERM/resume, export -------------------
 
-# Slow (~65 s on 2 idle cores): the default suite covers its parts elsewhere: SIGTERM and the
-# same command resuming exactly (test_preemption), packed records training, resuming to equal
-# numbers and exporting (test_two_phase's packed phase).
+# Slow (~65 s on 2 idle cores): the default suite covers its parts elsewhere: SIGTERM ending a
+# loop after its step (test_preemption, in process), packed records training, resuming to equal
+# numbers and exporting (test_two_phase's packed phase). A SIGTERM to a run_pretraining.py
+# process, its exit 75 and the same command resuming: slow tests only (here and test_preemption).
 @pytest.mark.slow
 def test_packed_run_learns_resumes_after_sigterm_and_exports(data):
     from bert_tf.training.preemption import PREEMPTED_EXIT_CODE

@@ -266,11 +266,13 @@ def _assert_preempted(proc, sent, out, steps=STEPS):
 
 
 # slow: four run_pretraining.py processes (~45 s on 2 idle cores), as the two-worker test
-# below. The default suite keeps the signal ending a loop after the step in flight, with that
-# step's checkpoint (test_sigterm_ends_a_long_loop_after_the_step_in_flight), the exit code
-# (test_exit_code_is_distinct_and_a_system_exit), a process-level SIGTERM -> exit 75 -> resume
-# with the same bytes (test_packing_data.py) and resuming with the same numbers
-# (test_two_phase.py, test_trainer.py).
+# below. The default suite keeps the trainer's part, the signal ending a loop after the step in
+# flight with that step's checkpoint (test_sigterm_ends_a_long_loop_after_the_step_in_flight,
+# in process), the exit code (test_exit_code_is_distinct_and_a_system_exit) and resuming with
+# the same numbers (test_two_phase.py, test_trainer.py); a SIGTERM to a run_pretraining.py
+# process, its exit 75 and the same command resuming exactly run in the slow tests only (in the
+# default suite a process is signalled only in the data commands' tests: test_packing_data.py,
+# test_pretraining_data_signals.py).
 @pytest.mark.slow
 def test_sigterm_exits_75_then_sigkill_and_the_same_command_resumes_exactly(setup):
     out = setup["dir"] / "run"
@@ -317,7 +319,9 @@ def _variables(checkpoint):
 
 # slow: three 2-worker clusters, ~100 CPU-s. The default suite's two-worker run (parity with one
 # process, chief-only checkpoint and export): test_multi_worker.py's
-# test_two_workers_match_one_process; SIGTERM ending a loop after its step: the test above.
+# test_two_workers_match_one_process; SIGTERM ending a loop after its step:
+# test_sigterm_ends_a_long_loop_after_the_step_in_flight. Both workers stopping at one step and
+# resuming exactly: this test only.
 @pytest.mark.slow
 def test_sigterm_to_one_worker_stops_both_at_one_step_and_they_resume_exactly(data):
     """Three 2-worker clusters (uninterrupted, preempted, resumed); the uninterrupted and the

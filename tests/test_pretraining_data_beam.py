@@ -37,11 +37,11 @@ def corpus(tmp_path_factory):
 _NETWORK = {"on": False, "seen": []}
 
 
-def _network_probe(event, args):
-    """Audit hook: name lookups, URL opens and TCP connects while _NETWORK["on"]."""
-    if _NETWORK["on"] and (event in ("socket.getaddrinfo", "urllib.Request") or (
+def _network_probe(event, args, state=_NETWORK):  # bound now: module globals go at exit
+    """Audit hook: name lookups, URL opens and TCP connects while state["on"]."""
+    if state["on"] and (event in ("socket.getaddrinfo", "urllib.Request") or (
             event == "socket.connect" and isinstance(args[1], tuple))):
-        _NETWORK["seen"].append((event, args[1] if event != "urllib.Request" else args[0]))
+        state["seen"].append((event, args[1] if event == "socket.connect" else args[0]))
 
 
 sys.addaudithook(_network_probe)  # hooks cannot be removed: it records only while on
@@ -62,12 +62,21 @@ def in_process(corpus, tmp_path_factory):
     return d, data, list(_NETWORK["seen"])
 
 
-def test_direct_runner_uses_no_network(in_process):
+def test_direct_runner_uses_no_network_and_passes_the_options_on(in_process):
     """Beam's DirectRunner would first fetch its Prism binary from GitHub (a stall offline):
-    the local run never looks a host up."""
+    the local run never looks a host up; the FnApiRunner it runs on hands the pipeline
+    options to the SDK workers, as the DirectRunner does."""
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
     assert in_process[2] == []
-    assert beam_lib.local_runner("DirectRunner") == "FnApiRunner"
-    assert beam_lib.local_runner("DataflowRunner") == "DataflowRunner"
+    for name in ("DirectRunner", "direct", "apache_beam.runners.direct.direct_runner.DirectRunner"):
+        options = beam_lib.pipeline_options(name, ["--direct_num_workers=2"])
+        runner = beam_lib.pipeline_runner(name, options)
+        assert isinstance(runner, fn_runner.FnApiRunner), name
+        given = dict(runner._provision_info.provision_info.pipeline_options)
+        assert given["beam:option:default_sdk_harness_log_level:v1"] == "WARNING", given
+        assert int(given["beam:option:direct_num_workers:v1"]) == 2, given
+    options = beam_lib.pipeline_options("DataflowRunner", [])
+    assert beam_lib.pipeline_runner("DataflowRunner", options) == "DataflowRunner"
 
 
 def test_beam_schema_statistics_and_stats_file(in_process, corpus):

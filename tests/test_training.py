@@ -223,8 +223,8 @@ def test_strategies_in_one_process_use_distinct_collective_keys():
     np.testing.assert_array_equal(all_reduce_ones(get_strategy("mirrored"), [1]), [2])
 
 
-# Slow (~30 s): the default suite resumes to the uninterrupted run's numbers in test_preemption
-# (the multi-worker SIGTERM run), test_two_phase and test_bf16.
+# Slow (~30 s): the default suite resumes to the uninterrupted run's numbers in test_two_phase,
+# test_bf16 and test_trainer.
 @pytest.mark.slow
 def test_resume_continues_with_identical_losses(tmp_path, records):
     pattern, _ = records

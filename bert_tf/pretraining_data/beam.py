@@ -136,12 +136,33 @@ def _check_crc32c():
     masked_crc(b"")
 
 
-def local_runner(runner):
-    """The runner that `runner` names here: Beam's DirectRunner (since 2.6x) first fetches its
-    Prism binary from GitHub at run time (offline: a failure or a stall of up to a minute, then
-    its fallback); this batch pipeline runs on that fallback, the FnApiRunner, directly: no
-    download, the same bytes."""
-    return "FnApiRunner" if runner.lower() in ("directrunner", "direct") else runner
+_DIRECT = ("directrunner", "direct", "switchingdirectrunner")
+
+
+def pipeline_runner(runner, options):
+    """The runner to run on: `runner` (a name) itself, except Beam's DirectRunner. That one
+    first fetches its Prism runner binary from GitHub unless a copy is cached (offline: a
+    failure after DNS/TCP time-outs, 48 s in one test run here), then falls back to the
+    FnApiRunner. This batch pipeline runs on the FnApiRunner directly, built as the
+    DirectRunner builds it (the pipeline options reach the SDK workers): no download, the
+    same bytes."""
+    if runner.rsplit(".", 1)[-1].lower() not in _DIRECT:
+        return runner
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
+def pipeline_options(runner, beam_args):
+    """`--runner` and the runner's own options; SDK workers log at WARNING unless asked."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    args = list(beam_args)
+    if not any(a.startswith("--default_sdk_harness_log_level") for a in args):
+        args.append("--default_sdk_harness_log_level=WARNING")  # workers' INFO lines drown the output
+    return PipelineOptions(args + [f"--runner={runner}"])
 
 
 def run(cfg, tasks, stats_path, runner, beam_args):
@@ -154,13 +175,9 @@ def run(cfg, tasks, stats_path, runner, beam_args):
         runner: Beam runner name (`--runner`).
         beam_args: the runner's own pipeline options, passed through.
     """
-    from apache_beam.options.pipeline_options import PipelineOptions
     _check_crc32c()
-    args = list(beam_args)
-    if not any(a.startswith("--default_sdk_harness_log_level") for a in args):
-        args.append("--default_sdk_harness_log_level=WARNING")  # workers' INFO lines drown the output
-    options = PipelineOptions(args + [f"--runner={local_runner(runner)}"])
-    pipeline = beam.Pipeline(options=options)
+    options = pipeline_options(runner, beam_args)
+    pipeline = beam.Pipeline(runner=pipeline_runner(runner, options), options=options)
     build(pipeline, cfg, tasks, stats_path)
     result = pipeline.run()
     result.wait_until_finish()
