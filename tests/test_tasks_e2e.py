@@ -67,7 +67,8 @@ def _env():
 # slow: two processes, ~33 CPU-s. In the default suite: tasks from an original TF1 checkpoint
 # (test_extract_features_json_lines, test_run_ner_predictions_cut_equal_padded below),
 # run_classifier's training, eval and test results (test_real_length_training.py), end-to-end
-# exports served by a fresh process without bert_tf (test_export.py's fresh-process test).
+# exports served by a fresh process without bert_tf (test_export.py's fresh-process test). A
+# fine-tuning command's own end-of-training export (--do_export) runs in slow tests only.
 @pytest.mark.slow
 def test_tf1_checkpoint_finetune_export_fresh_process(tmp_path, tf1_model):
     from bert_tf.convert import checkpoints
