@@ -145,7 +145,12 @@ def pipeline_runner(runner, options):
     failure after DNS/TCP time-outs, 48 s in one test run here), then falls back to the
     FnApiRunner. This batch pipeline runs on the FnApiRunner directly, built as the
     DirectRunner builds it (the pipeline options reach the SDK workers): no download, the
-    same bytes."""
+    same bytes.
+
+    Args:
+        runner: the `--runner` name.
+        options: the pipeline's `PipelineOptions` (`pipeline_options`).
+    """
     if runner.rsplit(".", 1)[-1].lower() not in _DIRECT:
         return runner
     from apache_beam.portability.api import beam_provision_api_pb2
@@ -157,7 +162,12 @@ def pipeline_runner(runner, options):
 
 
 def pipeline_options(runner, beam_args):
-    """`--runner` and the runner's own options; SDK workers log at WARNING unless asked."""
+    """`--runner` and the runner's own options; SDK workers log at WARNING unless asked.
+
+    Args:
+        runner: the `--runner` name.
+        beam_args: the runner's own pipeline options, passed through.
+    """
     from apache_beam.options.pipeline_options import PipelineOptions
     args = list(beam_args)
     if not any(a.startswith("--default_sdk_harness_log_level") for a in args):
