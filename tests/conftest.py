@@ -27,30 +27,58 @@ TWO_CPUS = False  # set by pytest_configure, before any test module imports Tens
 
 
 def pytest_configure(config):
-    """Splits the CPU in the processes that run tests. xdist's controller runs none: it does
-    not start TensorFlow (~6 s on one core before the workers even spawn)."""
+    """Splits the CPU and turns tf.data's autotune off in the processes that run tests.
+    xdist's controller runs none: it does not start TensorFlow (~6 s on one core before the
+    workers even spawn)."""
     global TWO_CPUS
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         return
     from bert_tf.training.distribute import split_cpu
     TWO_CPUS = split_cpu(2)
+    _tf_data_autotune_off()
+
+
+def _tf_data_autotune_off():
+    """Every tf.data pipeline that ends in `prefetch` (the library's, Keras' and
+    tf.distribute's per-device ones) runs without tf.data's autotune thread, in the processes
+    that run tests.
+
+    TensorFlow 2.20 destroys an autotuned iterator by joining that thread, and the join can wait
+    out the thread's sleep (it doubles up to 60 s). Iterators die when the garbage collector gets
+    to them, so the wait lands in whatever test runs then: 190-460 s asleep per suite run on 2
+    cores (gdb: the main thread in ~LogicalThreadWrapper under ~RootDataset::Iterator, the
+    thread in Model::OptimizeLoop); without autotune, 63 s, and 120-210 CPU-s less. Autotune only
+    sizes buffers and parallelism; map order is deterministic, so the tests' numbers are the
+    same either way. Commands that tests start as processes keep the default."""
+    import tensorflow as tf
+    from tensorflow.python.data.ops import dataset_ops
+    prefetch = dataset_ops.DatasetV2.prefetch
+    if getattr(prefetch, "autotune_off", False):
+        return
+    options = tf.data.Options()
+    options.autotune.enabled = False
+
+    def prefetch_without_autotune(self, *args, **kwargs):
+        return prefetch(self, *args, **kwargs).with_options(options)
+    prefetch_without_autotune.autotune_off = True
+    dataset_ops.DatasetV2.prefetch = prefetch_without_autotune
 
 
 # Seconds per file (default suite, 2 cores, a fresh clone without the peers as CI has it,
-# 2026-11-30, the 30 longest). Files run longest first, so that `make test`'s two workers (one
+# tf.data autotune off, 2026-11-30, the 30 longest). Files run longest first, so that `make test`'s two workers (one
 # file each at a time) do not end with one long file on one worker while the other idles;
 # within a file the order is unchanged.
 FILE_SECONDS = {
-    "test_export.py": 143, "test_real_length_training.py": 125, "test_training.py": 115,
-    "test_tasks_learn.py": 100, "test_serve_path.py": 95, "test_two_phase.py": 90,
-    "test_packed_training.py": 80, "test_doc_blocks.py": 77, "test_docs.py": 64,
-    "test_text_graph.py": 63, "test_convert_cli.py": 57, "test_tasks_e2e.py": 56,
-    "test_formats.py": 49, "test_real_length_serving.py": 48, "test_real_length_policy.py": 47,
-    "test_untrusted_sources.py": 45, "test_bf16.py": 42, "test_input_pipeline.py": 38,
-    "test_pretrained.py": 35, "test_embeddings.py": 32, "test_tfhub_dropin.py": 31,
-    "test_multi_worker.py": 30, "test_packed_schema.py": 26, "test_trainer.py": 26,
-    "test_xla.py": 23, "test_labels.py": 22, "test_packing_data.py": 19, "test_output.py": 19,
-    "test_model.py": 19, "test_serving_load.py": 17,
+    "test_export.py": 111, "test_training.py": 93, "test_real_length_training.py": 90,
+    "test_tasks_learn.py": 68, "test_two_phase.py": 67, "test_serve_path.py": 66,
+    "test_doc_blocks.py": 62, "test_text_graph.py": 54, "test_packed_training.py": 52,
+    "test_docs.py": 44, "test_convert_cli.py": 41, "test_real_length_serving.py": 41,
+    "test_untrusted_sources.py": 39, "test_formats.py": 38, "test_real_length_policy.py": 38,
+    "test_multi_worker.py": 34, "test_input_pipeline.py": 31, "test_bf16.py": 31,
+    "test_tfhub_dropin.py": 28, "test_pretrained.py": 27, "test_tasks_e2e.py": 26,
+    "test_labels.py": 22, "test_xla.py": 20, "test_install.py": 19, "test_embeddings.py": 18,
+    "test_trainer.py": 18, "test_export_serving.py": 17, "test_model.py": 17,
+    "test_packed_schema.py": 17, "test_packing_data.py": 15,
 }
 
 
