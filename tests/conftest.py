@@ -39,35 +39,34 @@ def pytest_configure(config):
 
 
 def _tf_data_autotune_off():
-    """Every tf.data pipeline that ends in `prefetch` (the library's, Keras' and
-    tf.distribute's per-device ones) runs without tf.data's autotune thread, in the processes
-    that run tests.
+    """Every tf.data iterator made in this process runs without autotune, through the hook
+    that TF's own debug mode uses to turn it off (iterators, multi-device iterators, reduce).
 
-    TensorFlow 2.20 destroys an autotuned iterator by joining that thread, and the join can wait
-    out the thread's sleep (it doubles up to 60 s). Iterators die when the garbage collector gets
-    to them, so the wait lands in whatever test runs then: 190-460 s asleep per suite run on 2
-    cores (gdb: the main thread in ~LogicalThreadWrapper under ~RootDataset::Iterator, the
-    thread in Model::OptimizeLoop); without autotune, 63 s, and 120-210 CPU-s less. Autotune only
-    sizes buffers and parallelism; map order is deterministic, so the tests' numbers are the
-    same either way. Commands that tests start as processes keep the default."""
+    Why: destroying an autotuned iterator likely joins its autotune thread and can wait out
+    that thread's sleep; iterators die when the garbage collector gets to them, so whichever
+    test runs then sits idle for tens of seconds. Results do not depend on autotune (it sizes
+    buffers and parallelism; map order stays deterministic), but a bug that shows only with
+    autotune on would not show here. Commands that tests start as processes keep it on."""
+    import functools
     import tensorflow as tf
     from tensorflow.python.data.ops import dataset_ops
-    prefetch = dataset_ops.DatasetV2.prefetch
-    if getattr(prefetch, "autotune_off", False):
+    apply = dataset_ops.DatasetV2._apply_debug_options
+    if getattr(apply, "autotune_off", False):
         return
     options = tf.data.Options()
     options.autotune.enabled = False
 
-    def prefetch_without_autotune(self, *args, **kwargs):
-        return prefetch(self, *args, **kwargs).with_options(options)
-    prefetch_without_autotune.autotune_off = True
-    dataset_ops.DatasetV2.prefetch = prefetch_without_autotune
+    @functools.wraps(apply)
+    def apply_without_autotune(self):
+        return apply(self).with_options(options)
+    apply_without_autotune.autotune_off = True
+    dataset_ops.DatasetV2._apply_debug_options = apply_without_autotune
 
 
 # Seconds per file (default suite, 2 cores, a fresh clone without the peers as CI has it,
-# tf.data autotune off, 2026-11-30, the 30 longest). Files run longest first, so that `make test`'s two workers (one
-# file each at a time) do not end with one long file on one worker while the other idles;
-# within a file the order is unchanged.
+# tf.data autotune off, 2026-11-30, the 30 longest). Files run longest first, so that `make
+# test`'s two workers (one file each at a time) do not end with one long file on one worker
+# while the other idles; within a file the order is unchanged.
 FILE_SECONDS = {
     "test_export.py": 111, "test_training.py": 93, "test_real_length_training.py": 90,
     "test_tasks_learn.py": 68, "test_two_phase.py": 67, "test_serve_path.py": 66,
