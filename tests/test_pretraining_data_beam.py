@@ -70,13 +70,13 @@ def test_direct_runner_uses_no_network_and_passes_the_options_on(in_process):
     assert in_process[2] == []
     for name in ("DirectRunner", "direct", "apache_beam.runners.direct.direct_runner.DirectRunner"):
         options = beam_lib.pipeline_options(name, ["--direct_num_workers=2"])
-        runner = beam_lib.pipeline_runner(name, options)
+        runner = beam_lib.pipeline_runner(options)
         assert isinstance(runner, fn_runner.FnApiRunner), name
         given = dict(runner._provision_info.provision_info.pipeline_options)
         assert given["beam:option:default_sdk_harness_log_level:v1"] == "WARNING", given
         assert int(given["beam:option:direct_num_workers:v1"]) == 2, given
     options = beam_lib.pipeline_options("DataflowRunner", [])
-    assert beam_lib.pipeline_runner("DataflowRunner", options) == "DataflowRunner"
+    assert beam_lib.pipeline_runner(options) == "DataflowRunner"
 
 
 def test_beam_schema_statistics_and_stats_file(in_process, corpus):

@@ -139,18 +139,19 @@ def _check_crc32c():
 _DIRECT = ("directrunner", "direct", "switchingdirectrunner")
 
 
-def pipeline_runner(runner, options):
-    """The runner to run on: `runner` (a name) itself, except Beam's DirectRunner. That one
-    first fetches its Prism runner binary from GitHub unless a copy is cached (offline: a
-    failure after DNS/TCP time-outs, 48 s in one test run here), then falls back to the
-    FnApiRunner. This batch pipeline runs on the FnApiRunner directly, built as the
+def pipeline_runner(options):
+    """The runner to run on: the one `options` names (`--runner`), except Beam's DirectRunner.
+    That one first fetches its Prism runner binary from GitHub unless a copy is cached
+    (offline: a failure after DNS/TCP time-outs, 48 s in one test run here), then falls back
+    to the FnApiRunner. This batch pipeline runs on the FnApiRunner directly, built as the
     DirectRunner builds it (the pipeline options reach the SDK workers): no download, the
     same bytes.
 
     Args:
-        runner: the `--runner` name.
         options: the pipeline's `PipelineOptions` (`pipeline_options`).
     """
+    from apache_beam.options.pipeline_options import StandardOptions
+    runner = options.view_as(StandardOptions).runner
     if runner.rsplit(".", 1)[-1].lower() not in _DIRECT:
         return runner
     from apache_beam.portability.api import beam_provision_api_pb2
@@ -187,7 +188,7 @@ def run(cfg, tasks, stats_path, runner, beam_args):
     """
     _check_crc32c()
     options = pipeline_options(runner, beam_args)
-    pipeline = beam.Pipeline(runner=pipeline_runner(runner, options), options=options)
+    pipeline = beam.Pipeline(runner=pipeline_runner(options), options=options)
     build(pipeline, cfg, tasks, stats_path)
     result = pipeline.run()
     result.wait_until_finish()
