@@ -181,16 +181,19 @@ def test_a_second_signal_exits_at_once(tmp_path):
             "with guard.stop_on_signals():\n"  # as runner.run: the cleanup is inside
             "    try:\n"
             "        print('ready', flush=True)\n"
-            "        time.sleep(30)\n"
+            "        time.sleep(600)\n"
             "    except guard.Interrupted as e:\n"
             "        print('stopping', e.signum, flush=True)\n"
-            "        time.sleep(30)\n")
+            "        time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
                             text=True)
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGTERM)
     assert proc.stdout.readline() == f"stopping {int(signal.SIGTERM)}\n"
-    start = time.perf_counter()
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=10) == 128 + signal.SIGTERM
-    assert time.perf_counter() - start < 2
+    # At once, not after the 600 s cleanup (no wall-clock bound tighter than that: a busy
+    # machine can take seconds to schedule the child).
+    try:
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
