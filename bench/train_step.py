@@ -14,6 +14,9 @@ a GPU is visible), on the same synthetic TFRecords and global batch, each implem
   keras_fit     (--peers ...,keras_fit) our BertPretrainer under plain keras compile/fit
   fp32          (--peers fp32, with --mixed_precision bfloat16|float16|auto) the bert_tf row
                 again at float32: its ratio is the mixed-precision speed-up, in one run
+  all_positions (--peers all_positions) the bert_tf row with its last transformer block run at
+                every position (the model's plain call) instead of only where the heads read:
+                its ratio is what `BertPretrainer.pretraining_logits` saves, in one run
 
 --jit compiles every implementation with XLA (bert_tf: --jit_compile). Tracing/compilation is
 excluded (one warm-up call first); timed rounds alternate between the implementations and the
@@ -75,13 +78,16 @@ def write_records(path, n, vocab_size, seed=0):
 class BertTf:
     """run_pretraining's loop on one device; `run(calls)` -> (wall, CPU) seconds of calls loops."""
 
-    def __init__(self, cfg, files, out, args):
+    def __init__(self, cfg, files, out, args, all_positions=False):
         kw = dict(max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=args.batch,
                   learning_rate=1e-4, num_train_steps=10**6, num_warmup_steps=100,
                   iterations_per_loop=args.iterations, save_checkpoints_steps=10**6, seed=1,
                   jit_compile=args.jit, mixed_precision=args.mixed_precision)
         options = pretraining.PretrainingOptions(output_dir=out, progress=False, **kw)
         self.runner = pretraining.make_trainer(cfg, options, get_strategy("one_device"))
+        if all_positions:  # the Task default: model(inputs), every position of every block
+            self.runner.task.forward = lambda model, inputs, training: model(
+                inputs, training=training)
         dataset = self.runner.distribute(self.runner.task.dataset_fn(files, True), True)
         self.iterator = iter(dataset)
         self.iterations = args.iterations
@@ -133,12 +139,12 @@ class KerasFit:
         return (clock.times[-1][0] - clock.times[0][0], clock.times[-1][1] - clock.times[0][1])
 
 
-def bert_tf_impl(cfg, files, out, args):
+def bert_tf_impl(cfg, files, out, args, all_positions=False):
     """The bert_tf row: the one place to switch when the trainer changes."""
-    return BertTf(cfg, files, out, args)
+    return BertTf(cfg, files, out, args, all_positions)
 
 
-PEERS = ("keras_hub", "model_garden", "keras_fit", "fp32")
+PEERS = ("keras_hub", "model_garden", "keras_fit", "fp32", "all_positions")
 
 
 def make_impl(key, name, cfg, files, tmp, args):
@@ -149,6 +155,8 @@ def make_impl(key, name, cfg, files, tmp, args):
         return KerasHubFit(cfg, files, args.batch, args.iterations, jit=args.jit)
     if key == "model_garden":
         return ModelGarden(config_file, files, args.batch, args.iterations, jit=args.jit)
+    if key == "all_positions":
+        return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}-all"), args, True)
     if key == "fp32":  # the trainer sets the global policy: put the run's back for the others
         impl = bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}-fp32"),
                             argparse.Namespace(**{**vars(args), "mixed_precision": "none"}))

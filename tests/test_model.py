@@ -17,6 +17,7 @@ from bert_tf.modeling import heads as bh
 from bert_tf.modeling import layers as bl
 from bert_tf.modeling import models as bm
 from bert_tf.modeling.config import ACTIVATIONS, BertConfig
+from conftest import tiny_bert_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -266,6 +267,49 @@ def test_pretrainer_logits_match_numpy_reference(pretrainer_case):
     assert tuple(full.shape) == (3, 9, cfg.vocab_size)
     np.testing.assert_allclose(np.asarray(full)[0, 3], np.asarray(out["mlm_logits"])[0, 1],
                                rtol=0, atol=1e-5)
+    # Pre-training's steps: the last block only at [CLS] and the masked positions.
+    fast = model.pretraining_logits(as_inputs(ids, mask, types, masked_lm_positions=positions))
+    assert sorted(fast) == ["mlm_logits", "nsp_logits"]
+    np.testing.assert_allclose(np.asarray(fast["mlm_logits"]), want["mlm_logits"], rtol=0,
+                               atol=1e-4)
+    np.testing.assert_allclose(np.asarray(fast["nsp_logits"]), want["nsp_logits"], rtol=0,
+                               atol=1e-5)
+
+
+def test_pretraining_logits_equal_the_full_call_with_gradients():
+    """Packed rows (each sequence's [CLS], block-diagonal attention, padding predictions at 0)
+    and plain ones: `pretraining_logits` gives `call`'s logits and the same gradient for every
+    weight, while its last block computes 1 + P of S rows."""
+    model = bm.build_model(bm.BertPretrainer.from_bert_config(tiny_bert_config()))
+    rng = np.random.default_rng(3)
+    b, s = 2, 16
+    ids = rng.integers(5, 64, (b, s)).astype("int32")
+    index = np.array([[1] * 6 + [2] * 7 + [0] * 3, [1] * 9 + [2] * 4 + [3] * 3], "int32")
+    plain = dict(input_word_ids=ids, input_mask=(index > 0).astype("int32"),
+                 input_type_ids=(rng.random((b, s)) < 0.5).astype("int32"),
+                 masked_lm_positions=np.array([[2, 8, 11, 0], [1, 5, 10, 14]], "int32"))
+    packed = dict(plain, input_sequence_index=index,
+                  input_positions=np.array([list(range(6)) + list(range(7)) + [0] * 3,
+                                            list(range(9)) + list(range(4)) + list(range(3))],
+                                           "int32"),
+                  next_sentence_positions=np.array([[0, 6, 0], [0, 9, 13]], "int32"))
+    for inputs in (plain, packed):
+        grads = []
+        for forward in (model, model.pretraining_logits):
+            with tf.GradientTape() as tape:
+                out = forward(inputs, training=True)  # dropout is 0: training = eval
+                loss = (tf.reduce_sum(tf.nn.log_softmax(out["mlm_logits"])[..., 7])
+                        + tf.reduce_sum(tf.nn.log_softmax(out["nsp_logits"])[..., 1]))
+            grads.append((out, tape.gradient(loss, model.trainable_variables)))
+        (full, g_full), (fast, g_fast) = grads
+        for key in ("mlm_logits", "nsp_logits"):
+            assert full[key].shape == fast[key].shape
+            np.testing.assert_allclose(fast[key], full[key], rtol=0, atol=1e-5)
+        for v, a, f in zip(model.trainable_variables, g_full, g_fast):
+            assert (a is None) == (f is None), v.path
+            if a is not None:
+                np.testing.assert_allclose(tf.convert_to_tensor(f), tf.convert_to_tensor(a),
+                                           rtol=1e-4, atol=1e-6, err_msg=v.path)
 
 
 def test_fine_tuning_heads_match_reference(pretrainer_case):

@@ -48,6 +48,12 @@ class BertEncoder(keras.layers.Layer):
     Construct from a BertConfig with `from_bert_config`; the arguments are the fields of
     `bert_config.json` (validated with one-line `BertError`s).
 
+    Called as `encoder(inputs, training=None, output_positions=None)` -> `sequence_output`
+    [B, S, H], `pooled_output` [B, H] (of position 0) and `encoder_outputs` (each block's).
+    `output_positions` int [B, P] runs the last block only at those positions: its
+    `sequence_output` is then [B, P, H], those rows of the full one, and `pooled_output` is of
+    `output_positions[:, 0]`.
+
     Args:
         vocab_size: int, rows of the word embedding table.
         hidden_size: int, H.
@@ -116,7 +122,7 @@ class BertEncoder(keras.layers.Layer):
         """The [vocab_size, H] word embedding table; the MLM head reuses it as output weights."""
         return self.embeddings.word_embeddings
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, output_positions=None):
         ids = ops.cast(inputs["input_word_ids"], "int32")
         mask = inputs.get("input_mask")
         mask = ops.ones_like(ids) if mask is None else ops.cast(mask, "int32")
@@ -138,8 +144,10 @@ class BertEncoder(keras.layers.Layer):
                                 position_ids=ops.cast(positions, "int32"))
             bias = bl.packed_attention_bias(index)
         outputs = []
-        for block in self.transformer_layers:
-            x = block(x, bias, training=training)
+        blocks = self.transformer_layers
+        for i, block in enumerate(blocks):
+            last = output_positions if i == len(blocks) - 1 else None
+            x = block(x, bias, training=training, positions=last)
             outputs.append(x)
         pooled = self.pooler(x[:, 0, :])
         return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": outputs}

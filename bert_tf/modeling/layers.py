@@ -5,6 +5,7 @@ that TF1 checkpoints map onto them without reshapes. Softmax and LayerNorm run i
 mixed precision.
 """
 import keras
+import tensorflow as tf
 from keras import ops
 
 from bert_tf.modeling import fused
@@ -145,9 +146,10 @@ def packed_attention_bias(sequence_index, dtype="float32"):
 class BertSelfAttention(keras.layers.Layer):
     """Multi-head self-attention with separate [H, H] query/key/value kernels.
 
-    Called as `layer(x, bias, training=None)` with `x` [B, S, H] and `bias` from
+    Called as `layer(x, bias, training=None, queries=None)` with `x` [B, S, H] and `bias` from
     `attention_bias`; returns the context [B, S, H] (before the output projection, which lives
-    in TransformerBlock as in the original's `attention/output/dense`).
+    in TransformerBlock as in the original's `attention/output/dense`). `queries` [B, P, H]
+    (rows of `x`) attend instead of all of `x`, with `bias` [B, 1, 1 or P, S]: context [B, P, H].
 
     Args:
         hidden_size: int, H.
@@ -178,8 +180,10 @@ class BertSelfAttention(keras.layers.Layer):
         b, s = ops.shape(x)[0], ops.shape(x)[1]
         return ops.reshape(x, (b, s, self.num_attention_heads, self.head_size))
 
-    def call(self, x, bias, training=None):
-        q, k, v = self._heads(self.query(x)), self._heads(self.key(x)), self._heads(self.value(x))
+    def call(self, x, bias, training=None, queries=None):
+        queries = x if queries is None else queries
+        q, k, v = (self._heads(self.query(queries)), self._heads(self.key(x)),
+                   self._heads(self.value(x)))
         scores = ops.einsum("bqnd,bknd->bnqk", q, k)
         # Softmax in float32 (the bias of -10000 overflows fp16 anyway).
         scores = (ops.cast(scores, "float32") * (1.0 / float(self.head_size) ** 0.5)
@@ -187,7 +191,7 @@ class BertSelfAttention(keras.layers.Layer):
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         probs = self.dropout(probs, training=training)
         context = ops.einsum("bnqk,bknd->bqnd", probs, v)
-        b, s = ops.shape(x)[0], ops.shape(x)[1]
+        b, s = ops.shape(queries)[0], ops.shape(queries)[1]
         return ops.reshape(context, (b, s, self.hidden_size))
 
     def get_config(self):
@@ -202,7 +206,10 @@ class BertSelfAttention(keras.layers.Layer):
 class TransformerBlock(keras.layers.Layer):
     """Post-LN transformer layer as in the original: LN(x + attn(x)), then LN(h + FFN(h)).
 
-    Called as `layer(x, bias, training=None)` with `x` [B, S, H] -> [B, S, H].
+    Called as `layer(x, bias, training=None, positions=None)` with `x` [B, S, H] -> [B, S, H].
+    `positions` int [B, P] computes the output only there -> [B, P, H], the same rows as the
+    full output's (keys and values still come from every position): a model that reads few
+    positions of the last layer (masked-LM and NSP in pre-training) skips the rest of its work.
 
     Args:
         hidden_size: int, H.
@@ -249,8 +256,15 @@ class TransformerBlock(keras.layers.Layer):
         self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate_size,))
         self.output_layer_norm.build(input_shape)
 
-    def call(self, x, bias, training=None):
-        attn = self.attention(x, bias, training=training)
+    def call(self, x, bias, training=None, positions=None):
+        queries = None
+        if positions is not None:
+            positions = ops.cast(positions, "int32")
+            queries = tf.gather(x, positions, batch_dims=1)
+            if bias.shape[2] != 1:  # a packed row's [B, 1, S, S]: the queries' rows
+                bias = tf.gather(bias, positions, axis=2, batch_dims=1)
+        attn = self.attention(x, bias, training=training, queries=queries)
+        x = x if queries is None else queries  # the residual of the rows computed
         attn = self.dropout(self.attention_output(attn), training=training)
         h = ops.cast(self.attention_layer_norm(x + attn), self.compute_dtype)
         act = self._train_act if training is True else self._act

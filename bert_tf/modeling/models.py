@@ -165,6 +165,28 @@ class BertPretrainer(BertTaskModel):
         return {"mlm_logits": mlm, "nsp_logits": nsp,
                 "sequence_output": enc["sequence_output"], "pooled_output": pooled}
 
+    def pretraining_logits(self, inputs, training=None):
+        """`mlm_logits` and `nsp_logits` as `call` gives them (the same values within float
+        rounding), with the last transformer block run only at the positions the heads read:
+        each [CLS] and the masked positions (pre-training's training and eval steps).
+
+        Args:
+            inputs: `call`'s inputs, `masked_lm_positions` included.
+            training: dropout on (True) or off.
+        """
+        masked = ops.cast(inputs["masked_lm_positions"], "int32")
+        cls = inputs.get("next_sentence_positions")
+        packed = cls is not None
+        cls = ops.zeros_like(masked[:, :1]) if cls is None else ops.cast(cls, "int32")
+        n, p = ops.shape(cls)[1], ops.shape(masked)[1]
+        enc = self.encoder(inputs, training=training,
+                           output_positions=ops.concatenate([cls, masked], axis=1))
+        rows = enc["sequence_output"]  # [B, n + p, H]: the [CLS] rows, then the masked ones
+        at = ops.broadcast_to(n + ops.arange(p, dtype="int32")[None, :], ops.shape(masked))
+        mlm = self.masked_lm(rows, at, self.encoder.word_embeddings)
+        pooled = self.encoder.pooler(rows[:, :n] if packed else rows[:, 0])
+        return {"mlm_logits": mlm, "nsp_logits": self.next_sentence(pooled)}
+
 
 @keras.saving.register_keras_serializable(package="bert_tf")
 class BertClassifier(BertTaskModel):

@@ -145,6 +145,17 @@ class PretrainingTask(Task):
         """The BertPretrainer (encoder named `encoder`), built."""
         return build_model(BertPretrainer(BertEncoder.from_bert_config(self.config, name="encoder")))
 
+    def forward(self, model, inputs, training):
+        """The BertPretrainer's logits with its last block run only where the heads read
+        (`BertPretrainer.pretraining_logits`: the work of L - 1 blocks and a few rows).
+
+        Args:
+            model: the BertPretrainer.
+            inputs: the batch's `model_inputs`.
+            training: dropout on (True) or off.
+        """
+        return model.pretraining_logits(inputs, training=training)
+
     def check(self, options, num_replicas):
         """BertError for step counts, lengths or mask_id that cannot work with the config.
 

@@ -20,7 +20,7 @@ def eval_step_fn(strategy, model, task):
         norms = task.normalizers(batch)
         if ctx.num_replicas_in_sync > 1 and norms:
             norms = ctx.all_reduce(tf.distribute.ReduceOp.SUM, norms)
-        outputs = model({k: batch[k] for k in task.model_inputs}, training=False)
+        outputs = task.forward(model, {k: batch[k] for k in task.model_inputs}, training=False)
         return task.loss(batch, outputs, norms)[1]
 
     # No AutoGraph, as the training loop: the task's code is plain TF ops (converting it only

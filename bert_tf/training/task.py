@@ -33,6 +33,16 @@ class Task:
             num_replicas: replicas in sync.
         """
 
+    def forward(self, model, inputs, training):
+        """The outputs `loss()` reads, from `model` on `inputs` (training and eval steps).
+
+        Args:
+            model: the task's model.
+            inputs: the batch's `model_inputs`.
+            training: True in training steps (dropout on), False in eval.
+        """
+        return model(inputs, training=training)
+
     def normalizers(self, batch):
         """Per-replica sums (float32 scalars) the loss divides by; summed over replicas."""
         return {}

@@ -187,7 +187,7 @@ class Trainer:
         inputs = {k: batch[k] for k in self.task.model_inputs}
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            outputs = self.model(inputs, training=True)
+            outputs = self.task.forward(self.model, inputs, training=True)
             loss, stats = self.task.loss(batch, outputs, normalizers)
             scaled = self.optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, variables)
