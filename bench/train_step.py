@@ -12,6 +12,7 @@ a GPU is visible), on the same synthetic TFRecords and global batch, each implem
                 and AdamWeightDecay, an Orbit while-loop of N steps in one tf.function
                 (tf_keras, in a child process; see bench/peers_train.py)
   keras_fit     (--peers ...,keras_fit) our BertPretrainer under plain keras compile/fit
+                (its full call: every position of the last block, as all_positions)
   fp32          (--peers fp32, with --mixed_precision bfloat16|float16|auto) the bert_tf row
                 again at float32: its ratio is the mixed-precision speed-up, in one run
   all_positions (--peers all_positions) the bert_tf row with its last transformer block run at

@@ -279,7 +279,7 @@ def test_pretrainer_logits_match_numpy_reference(pretrainer_case):
 def test_pretraining_logits_equal_the_full_call_with_gradients():
     """Packed rows (each sequence's [CLS], block-diagonal attention, padding predictions at 0)
     and plain ones: `pretraining_logits` gives `call`'s logits and the same gradient for every
-    weight, while its last block computes 1 + P of S rows."""
+    weight, while its last block computes N + P of S rows (N = 1 [CLS] in plain rows)."""
     model = bm.build_model(bm.BertPretrainer.from_bert_config(tiny_bert_config()))
     rng = np.random.default_rng(3)
     b, s = 2, 16
@@ -293,6 +293,23 @@ def test_pretraining_logits_equal_the_full_call_with_gradients():
                                             list(range(9)) + list(range(4)) + list(range(3))],
                                            "int32"),
                   next_sentence_positions=np.array([[0, 6, 0], [0, 9, 13]], "int32"))
+    last = model.encoder.transformer_layers[-1]
+    rows = []
+    last_call = last.call
+
+    def record(*args, **kwargs):  # the rows the last block computes
+        out = last_call(*args, **kwargs)
+        rows.append(tuple(out.shape))
+        return out
+
+    last.call = record
+    try:
+        for inputs, n in ((plain, 1), (packed, 3)):
+            del rows[:]
+            model.pretraining_logits(inputs)
+            assert rows == [(b, n + 4, 32)]
+    finally:
+        last.call = last_call
     for inputs in (plain, packed):
         grads = []
         for forward in (model, model.pretraining_logits):
@@ -310,6 +327,36 @@ def test_pretraining_logits_equal_the_full_call_with_gradients():
             if a is not None:
                 np.testing.assert_allclose(tf.convert_to_tensor(f), tf.convert_to_tensor(a),
                                            rtol=1e-4, atol=1e-6, err_msg=v.path)
+
+
+def test_encoder_output_positions_shapes_symbolic_and_dropout():
+    cfg = tiny_bert_config(dropout=0.5)
+    encoder = be.BertEncoder.from_bert_config(cfg)
+    inputs = {k: keras.Input((None,), dtype="int32", name=k)
+              for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    spec = encoder(inputs, output_positions=keras.Input((5,), dtype="int32"))
+    assert tuple(spec["sequence_output"].shape) == (None, 5, 32)
+    assert [tuple(t.shape) for t in spec["encoder_outputs"]] == [(None, None, 32), (None, 5, 32)]
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 64, (2, 12)).astype("int32")
+    x = {"input_word_ids": ids, "input_mask": np.ones_like(ids),
+         "input_type_ids": np.zeros_like(ids)}
+    at = np.array([[0, 3, 3, 7, 11], [0, 1, 2, 9, 0]], "int32")
+    full = encoder(x, training=False)
+    cut = encoder(x, training=False, output_positions=at)
+    assert tuple(cut["sequence_output"].shape) == (2, 5, 32)
+    np.testing.assert_allclose(cut["sequence_output"],
+                               np.take_along_axis(np.asarray(full["sequence_output"]),
+                                                  at[..., None], 1), rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(cut["encoder_outputs"][0], full["encoder_outputs"][0])
+    np.testing.assert_allclose(cut["pooled_output"], full["pooled_output"], rtol=0, atol=1e-5)
+    # Dropout stays on in the last block: the same lower blocks (dropout off there too, as
+    # training=False) would not make these differ.
+    block, bias = encoder.transformer_layers[-1], bl.attention_bias(x["input_mask"])
+    h = full["encoder_outputs"][0]
+    off = block(h, bias, training=False, positions=at)
+    on = block(h, bias, training=True, positions=at)
+    assert np.abs(np.asarray(on) - np.asarray(off)).max() > 1e-2
 
 
 def test_fine_tuning_heads_match_reference(pretrainer_case):

@@ -2,9 +2,11 @@
 one line, no temp files), a lock that keeps a second run off the output, and a `--resume` that
 gives the bytes of an uninterrupted run."""
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -187,13 +189,17 @@ def test_a_second_signal_exits_at_once(tmp_path):
             "        time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
                             text=True)
-    assert proc.stdout.readline() == "ready\n"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.stdout.readline() == f"stopping {int(signal.SIGTERM)}\n"
-    proc.send_signal(signal.SIGTERM)
-    # At once, not after the 600 s cleanup (no wall-clock bound tighter than that: a busy
-    # machine can take seconds to schedule the child).
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout],
+                     daemon=True).start()
     try:
+        assert lines.get(timeout=120) == "ready\n"
+        proc.send_signal(signal.SIGTERM)
+        assert lines.get(timeout=120) == f"stopping {int(signal.SIGTERM)}\n"
+        proc.send_signal(signal.SIGTERM)
+        # At once, not after the 600 s cleanup (no wall-clock bound tighter than that: a busy
+        # machine can take seconds to schedule the child).
         assert proc.wait(timeout=120) == 128 + signal.SIGTERM
     finally:
         proc.kill()
+        proc.wait()

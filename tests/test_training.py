@@ -163,6 +163,24 @@ def _ids_batch():
                                                    np.int32))}
 
 
+def test_training_and_eval_steps_run_the_last_block_only_where_read(tmp_path, records,
+                                                                   monkeypatch):
+    """The pre-training task's steps call BertPretrainer.pretraining_logits (Task.forward),
+    not the model's full call."""
+    traced = []
+    original = BertPretrainer.pretraining_logits
+
+    def spy(self, inputs, training=None):
+        traced.append(training)
+        return original(self, inputs, training=training)
+
+    monkeypatch.setattr(BertPretrainer, "pretraining_logits", spy)
+    runner = _runner(tmp_path, "forward", num_train_steps=1)
+    _train(runner, records[0])
+    runner.evaluate(runner.task.dataset_fn(records[0], False), max_steps=1)
+    assert True in traced and False in traced, traced
+
+
 def test_eval_metrics_match_an_eager_computation(tmp_path, records):
     pattern, feats = records
     runner = _runner(tmp_path, "eval")

@@ -16,6 +16,7 @@ mask, read as `> 0`. Outputs: `sequence_output` [B, S, H],
 ((3, 7, 16), (3, 16), 2)
 """
 import keras
+import tensorflow as tf
 from keras import ops
 
 from bert_tf import BertError
@@ -50,8 +51,9 @@ class BertEncoder(keras.layers.Layer):
 
     Called as `encoder(inputs, training=None, output_positions=None)` -> `sequence_output`
     [B, S, H], `pooled_output` [B, H] (of position 0) and `encoder_outputs` (each block's).
-    `output_positions` int [B, P] runs the last block only at those positions: its
-    `sequence_output` is then [B, P, H], those rows of the full one, and `pooled_output` is of
+    `output_positions` int [B, P] runs the last block only at those positions: its output,
+    `sequence_output` and `encoder_outputs[-1]`, is then [B, P, H] (with dropout off, those
+    rows of the full one; in training equal in distribution), and `pooled_output` is of
     `output_positions[:, 0]`.
 
     Args:
@@ -145,22 +147,28 @@ class BertEncoder(keras.layers.Layer):
             bias = bl.packed_attention_bias(index)
         outputs = []
         blocks = self.transformer_layers
-        for i, block in enumerate(blocks):
-            last = output_positions if i == len(blocks) - 1 else None
-            x = block(x, bias, training=training, positions=last)
+        for block in blocks[:-1]:
+            x = block(x, bias, training=training)
             outputs.append(x)
+        if output_positions is not None:
+            output_positions = ops.cast(output_positions, "int32")
+            if positions is not None:  # packed: the queries' rows of the [B, 1, S, S] bias
+                bias = tf.gather(bias, output_positions, axis=2, batch_dims=1)
+        x = blocks[-1](x, bias, training=training, positions=output_positions)
+        outputs.append(x)
         pooled = self.pooler(x[:, 0, :])
         return {"sequence_output": x, "pooled_output": pooled, "encoder_outputs": outputs}
 
-    def compute_output_spec(self, inputs, training=None):
+    def compute_output_spec(self, inputs, training=None, output_positions=None):
         ids = inputs["input_word_ids"]
         b, s = ids.shape[0], ids.shape[1]
         h = self.bert_config.hidden_size
-        seq = keras.KerasTensor((b, s, h), dtype=self.compute_dtype)
-        return {"sequence_output": seq,
+        spec = lambda length: keras.KerasTensor((b, length, h), dtype=self.compute_dtype)
+        last = spec(s if output_positions is None else output_positions.shape[1])
+        return {"sequence_output": last,
                 "pooled_output": keras.KerasTensor((b, h), dtype=self.compute_dtype),
-                "encoder_outputs": [keras.KerasTensor((b, s, h), dtype=self.compute_dtype)
-                                    for _ in range(self.bert_config.num_hidden_layers)]}
+                "encoder_outputs": [spec(s) for _ in
+                                    range(self.bert_config.num_hidden_layers - 1)] + [last]}
 
     def get_config(self):
         config = super().get_config()

@@ -207,9 +207,11 @@ class TransformerBlock(keras.layers.Layer):
     """Post-LN transformer layer as in the original: LN(x + attn(x)), then LN(h + FFN(h)).
 
     Called as `layer(x, bias, training=None, positions=None)` with `x` [B, S, H] -> [B, S, H].
-    `positions` int [B, P] computes the output only there -> [B, P, H], the same rows as the
-    full output's (keys and values still come from every position): a model that reads few
-    positions of the last layer (masked-LM and NSP in pre-training) skips the rest of its work.
+    `positions` int [B, P] computes the output only there -> [B, P, H] (keys and values still
+    come from every position), with `bias` [B, 1, 1, S] or the queries' rows [B, 1, P, S]: a
+    model that reads few positions of the last layer (masked-LM and NSP in pre-training) skips
+    the rest of its work. With dropout off the rows equal the full output's; in training they
+    are equal in distribution (the dropout masks are drawn for [B, P, ...]).
 
     Args:
         hidden_size: int, H.
@@ -259,10 +261,7 @@ class TransformerBlock(keras.layers.Layer):
     def call(self, x, bias, training=None, positions=None):
         queries = None
         if positions is not None:
-            positions = ops.cast(positions, "int32")
-            queries = tf.gather(x, positions, batch_dims=1)
-            if bias.shape[2] != 1:  # a packed row's [B, 1, S, S]: the queries' rows
-                bias = tf.gather(bias, positions, axis=2, batch_dims=1)
+            queries = tf.gather(x, ops.cast(positions, "int32"), batch_dims=1)
         attn = self.attention(x, bias, training=training, queries=queries)
         x = x if queries is None else queries  # the residual of the rows computed
         attn = self.dropout(self.attention_output(attn), training=training)

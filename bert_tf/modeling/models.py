@@ -166,9 +166,11 @@ class BertPretrainer(BertTaskModel):
                 "sequence_output": enc["sequence_output"], "pooled_output": pooled}
 
     def pretraining_logits(self, inputs, training=None):
-        """`mlm_logits` and `nsp_logits` as `call` gives them (the same values within float
-        rounding), with the last transformer block run only at the positions the heads read:
-        each [CLS] and the masked positions (pre-training's training and eval steps).
+        """`mlm_logits` and `nsp_logits` as `call` gives them, with the last transformer block
+        run only at the positions the heads read: each [CLS] and the masked positions
+        (pre-training's training and eval steps). With dropout off the values are `call`'s
+        within float rounding; in training they are equal in distribution (the last block's
+        dropout masks are drawn for those rows), so runs from before this path differ.
 
         Args:
             inputs: `call`'s inputs, `masked_lm_positions` included.
