@@ -33,6 +33,7 @@ less work), which other jobs on the same cores disturb far less than wall time.
       --peers fp32                                          # bf16 / fp32 steps/s
 """
 import argparse
+import functools
 import os
 import sys
 import tempfile
@@ -52,6 +53,7 @@ from bert_tf.training.distribute import get_strategy, set_mixed_precision  # noq
 from bert_tf.pretraining.input_pipeline import pretraining_dataset  # noqa: E402
 from bert_tf.modeling.models import BertPretrainer, build_model  # noqa: E402
 from bert_tf.pretraining import pretraining  # noqa: E402
+from bert_tf.training.task import Task  # noqa: E402
 from peers_train import KerasHubFit, ModelGarden, clock, since  # noqa: E402
 
 SEQ, PRED = 128, 20
@@ -87,8 +89,7 @@ class BertTf:
         options = pretraining.PretrainingOptions(output_dir=out, progress=False, **kw)
         self.runner = pretraining.make_trainer(cfg, options, get_strategy("one_device"))
         if all_positions:  # the Task default: model(inputs), every position of every block
-            self.runner.task.forward = lambda model, inputs, training: model(
-                inputs, training=training)
+            self.runner.task.forward = functools.partial(Task.forward, self.runner.task)
         dataset = self.runner.distribute(self.runner.task.dataset_fn(files, True), True)
         self.iterator = iter(dataset)
         self.iterations = args.iterations

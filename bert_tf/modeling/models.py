@@ -186,7 +186,8 @@ class BertPretrainer(BertTaskModel):
         rows = enc["sequence_output"]  # [B, n + p, H]: the [CLS] rows, then the masked ones
         at = ops.broadcast_to(n + ops.arange(p, dtype="int32")[None, :], ops.shape(masked))
         mlm = self.masked_lm(rows, at, self.encoder.word_embeddings)
-        pooled = self.encoder.pooler(rows[:, :n] if packed else rows[:, 0])
+        # Plain rows: the encoder's pooled_output is already of row 0, the [CLS].
+        pooled = self.encoder.pooler(rows[:, :n]) if packed else enc["pooled_output"]
         return {"mlm_logits": mlm, "nsp_logits": self.next_sentence(pooled)}
 
 
