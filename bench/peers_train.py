@@ -127,11 +127,16 @@ class KerasHubFit:
 class ModelGarden:
     """Parent side: starts the child, `run(calls)` -> the child's seconds; `close()`."""
 
-    def __init__(self, config_file, files, batch, iterations, jit=False, seed=1, extra=()):
+    def __init__(self, config_file, files, batch, iterations, jit=False, seed=1, extra=(),
+                 bert_tf_env=False):
         cmd = [sys.executable, os.path.abspath(__file__), "model_garden", "--config", config_file,
                "--files", files, "--batch", str(batch), "--iterations", str(iterations),
                "--seed", str(seed)] + (["--jit"] if jit else []) + list(extra)
         env = dict(os.environ)
+        if not bert_tf_env:  # Model Garden as its users run it: without what bert_tf set
+            from bert_tf import tf_env  # (the BFC CPU allocator; bert_tf/tf_env.py)
+            for name in tf_env.ADDED:
+                env.pop(name, None)
         env.pop("TF_USE_LEGACY_KERAS", None)  # tf_keras is imported explicitly
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

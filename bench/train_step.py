@@ -10,7 +10,12 @@ a GPU is visible), on the same synthetic TFRecords and global batch, each implem
                 pooled output, keras AdamW (global_clipnorm 1.0), fit(steps_per_execution)
   model_garden  BertPretrainerV2(BertEncoder) with MaskedLMTask's train_step (losses, metrics)
                 and AdamWeightDecay, an Orbit while-loop of N steps in one tf.function
-                (tf_keras, in a child process; see bench/peers_train.py)
+                (tf_keras, in a child process; see bench/peers_train.py), in the environment
+                its users run it in: without the settings importing bert_tf adds
+  model_garden_bfc
+                (--peers ...,model_garden_bfc) the model_garden row in bert_tf's environment
+                (bert_tf/tf_env.py: TF's BFC CPU allocator): the ratio of the two Model Garden
+                rows is what that setting alone gives a peer, in one run
   keras_fit     (--peers ...,keras_fit) our BertPretrainer under plain keras compile/fit
                 (its full call: every position of the last block, as all_positions)
   fp32          (--peers fp32, with --mixed_precision bfloat16|float16|auto) the bert_tf row
@@ -47,7 +52,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bert_tf import resources  # noqa: E402
+from bert_tf import resources, tf_env  # noqa: E402
 from bert_tf.modeling.config import BertConfig  # noqa: E402
 from bert_tf.training.distribute import get_strategy, set_mixed_precision  # noqa: E402
 from bert_tf.pretraining.input_pipeline import pretraining_dataset  # noqa: E402
@@ -146,7 +151,7 @@ def bert_tf_impl(cfg, files, out, args, all_positions=False):
     return BertTf(cfg, files, out, args, all_positions)
 
 
-PEERS = ("keras_hub", "model_garden", "keras_fit", "fp32", "all_positions")
+PEERS = ("keras_hub", "model_garden", "model_garden_bfc", "keras_fit", "fp32", "all_positions")
 
 
 def make_impl(key, name, cfg, files, tmp, args):
@@ -155,8 +160,9 @@ def make_impl(key, name, cfg, files, tmp, args):
         return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}"), args)
     if key == "keras_hub":
         return KerasHubFit(cfg, files, args.batch, args.iterations, jit=args.jit)
-    if key == "model_garden":
-        return ModelGarden(config_file, files, args.batch, args.iterations, jit=args.jit)
+    if key in ("model_garden", "model_garden_bfc"):
+        return ModelGarden(config_file, files, args.batch, args.iterations, jit=args.jit,
+                           bert_tf_env=key == "model_garden_bfc")
     if key == "all_positions":
         return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}-all"), args, True)
     if key == "fp32":  # the trainer sets the global policy: put the run's back for the others
@@ -184,7 +190,7 @@ def main():
     unknown = set(peers) - set(PEERS)
     if unknown:
         ap.error(f"--peers: unknown {', '.join(sorted(unknown))}; expected {', '.join(PEERS)}")
-    if args.mixed_precision != "none" and "model_garden" in peers:
+    if args.mixed_precision != "none" and {"model_garden", "model_garden_bfc"} & set(peers):
         ap.error("--mixed_precision: the Model Garden row runs in float32 only; "
                  "pass --peers keras_hub,keras_fit")
     if "fp32" in peers and args.mixed_precision == "none":
@@ -196,7 +202,8 @@ def main():
           f"precision {args.mixed_precision} ({policy}), jit {args.jit}, TF {tf.__version__}, "
           f"Keras {keras.__version__}")
     print("# " + " ".join([os.path.basename(sys.executable)] + sys.argv))
-    print(f"{'config':7} {'impl':13} {'params':>11} {'steps/s':>8} {'examples/s':>11} "
+    print(f"# environment bert_tf added: {', '.join(f'{k}={os.environ[k]}' for k in tf_env.ADDED)}")
+    print(f"{'config':7} {'impl':16} {'params':>11} {'steps/s':>8} {'examples/s':>11} "
           f"{'bert_tf/impl':>13} {'cpu_ms/st':>9} {'cpu ratio':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.configs.split(","):
@@ -222,7 +229,7 @@ def main():
                         impl.close()
             for key, impl in impls.items():
                 sps = steps / wall[key]
-                print(f"{name:7} {key:13} {impl.params:11,d} {sps:8.2f} {sps * args.batch:11.1f} "
+                print(f"{name:7} {key:16} {impl.params:11,d} {sps:8.2f} {sps * args.batch:11.1f} "
                       f"{wall[key] / wall['bert_tf']:13.2f} {1000 * cpu[key] / steps:9.0f} "
                       f"{cpu[key] / cpu['bert_tf']:10.2f}", flush=True)
             del impls

@@ -14,12 +14,12 @@ Packages follow the pipeline:
 (`bert_tf.pretrained`). Importing bert_tf imports no TensorFlow: `from_pretrained` is loaded on
 first use, and the Keras classes are registered lazily (below).
 """
-import os as _os
 import sys as _sys
 
-# Keras 3 must run on the TF backend; set it before anything imports keras.
-_os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up chatter out of CLI output
+# Keras backend, log level, CPU allocator: set before anything imports keras or starts TF.
+from bert_tf import tf_env as _tf_env  # noqa: E402  (imports nothing but os)
+
+_tf_env.ADDED[:] = _tf_env.apply()
 
 __version__ = "0.1.0"
 

@@ -7,7 +7,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "bert_tf"
 
 # Low to high. A module may import its own layer and those below it.
 LAYERS = [
-    {"fileio", "progress"},          # helpers every layer uses (no bert_tf imports of their own)
+    {"fileio", "progress", "tf_env"},  # helpers every layer uses (no bert_tf imports of their own)
     {"script_flags"},                # flag <-> dataclass plumbing of the options classes
     {"tokenization"},
     {"pretraining_data"},

@@ -263,6 +263,29 @@ def test_non_canonical_vocab_file(tmp_path):
     assert tg.vocab_size == 11
 
 
+def test_temporary_vocab_files_go_with_their_tokenizer(tmp_path):
+    """A layer built from a token list (every .keras load) and a non-canonical vocab file each
+    write a vocab file to a temporary folder: it stays while its tokenizer lives (a SavedModel
+    export copies it) and is removed when the tokenizer is collected, not left in /tmp."""
+    import gc
+    import os
+    layer = text_graph.BertPreprocessingLayer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
+    folder = os.path.dirname(layer.tokenizer.vocab_file)
+    assert os.path.basename(folder).startswith("bert_tf_vocab_") and os.path.isdir(folder)
+    assert layer.tokenizer.vocab_size == 6
+    path = tmp_path / "vocab.txt"
+    path.write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nx\nx\n")  # a duplicate: copied
+
+    class Owner:
+        pass
+    owner = Owner()
+    copy, lines = text_graph._canonical_vocab_file(str(path), owner)
+    assert lines == 7 and copy != str(path) and os.path.isfile(copy)
+    del layer, owner
+    gc.collect()
+    assert not os.path.exists(folder) and not os.path.exists(os.path.dirname(copy))
+
+
 def test_bad_vocab_raises_bert_error(tmp_path):
     with pytest.raises(bert_tf.BertError, match="vocab file not found"):
         text_graph.BertTextTokenizer(str(tmp_path / "none.txt"))

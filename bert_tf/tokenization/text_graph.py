@@ -36,7 +36,9 @@ copy in a temp dir with the same line numbers; the copy is then the asset.
 """
 import functools
 import os
+import shutil
 import tempfile
+import weakref
 
 import bert_tf  # noqa: F401  (sets KERAS_BACKEND before keras is imported)
 import keras
@@ -62,8 +64,16 @@ _MAX_BYTES = 4 * _MAX_CHARS
 # ----------------------------------------------------------------------------------------------
 # Vocab
 
-def _canonical_vocab_file(vocab_file):
-    """vocab_file itself if TextFileInitializer reads it like load_vocab, else a canonical copy."""
+def _remove_with(owner, tmp_dir):
+    """Removes tmp_dir, a vocab file's temporary folder, when `owner` (the tokenizer whose table
+    reads the file) is garbage-collected, or at exit. The table reads the file when built, but
+    a SavedModel export copies it as an asset, so it lives as long as its tokenizer."""
+    weakref.finalize(owner, shutil.rmtree, tmp_dir, True)
+
+
+def _canonical_vocab_file(vocab_file, owner):
+    """vocab_file itself if TextFileInitializer reads it like load_vocab, else a canonical copy
+    (in a temporary folder removed with `owner`)."""
     lines = tokenization._read_lines(vocab_file)
     tokens = [line.strip(" \t\r\n") for line in lines]
     last = {tok: i for i, tok in enumerate(tokens)}  # load_vocab: later duplicates win
@@ -83,6 +93,7 @@ def _canonical_vocab_file(vocab_file):
                 filler += "_"
             out.append(filler)
     tmp_dir = tempfile.mkdtemp(prefix="bert_tf_vocab_")
+    _remove_with(owner, tmp_dir)
     path = os.path.join(tmp_dir, os.path.basename(vocab_file) or "vocab.txt")
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write("\n".join(out) + "\n")
@@ -111,7 +122,7 @@ class BertTextTokenizer(tf.Module):
         self.vocab_file = vocab_file
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = bool(do_lower_case if strip_accents is None else strip_accents)
-        table_file, num_lines = _canonical_vocab_file(vocab_file)
+        table_file, num_lines = _canonical_vocab_file(vocab_file, self)
         self.vocab_size = num_lines
         self.cls_id = vocab[tokenization.CLS]
         self.sep_id = vocab[tokenization.SEP]
@@ -308,8 +319,12 @@ class BertPreprocessingLayer(keras.layers.Layer):
             self.vocabulary = tokenization.vocab_tokens(vocab_file)
         self.do_lower_case = bool(do_lower_case)
         self.seq_length = int(seq_length)
-        self.tokenizer = BertTextTokenizer(vocab_file, do_lower_case=do_lower_case,
-                                           strip_accents=strip_accents)
+        try:
+            self.tokenizer = BertTextTokenizer(vocab_file, do_lower_case=do_lower_case,
+                                               strip_accents=strip_accents)
+        finally:
+            if isinstance(vocabulary, (list, tuple)):  # its file lives as long as the tokenizer
+                _remove_with(getattr(self, "tokenizer", self), tmp_dir)
         self.strip_accents = self.tokenizer.strip_accents
         # No weights to make (the table is the tokenizer's): built now, so a model holding this
         # layer counts as built before its first call (a fit builds its optimizer up front).
