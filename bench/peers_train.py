@@ -132,16 +132,23 @@ class ModelGarden:
         cmd = [sys.executable, os.path.abspath(__file__), "model_garden", "--config", config_file,
                "--files", files, "--batch", str(batch), "--iterations", str(iterations),
                "--seed", str(seed)] + (["--jit"] if jit else []) + list(extra)
-        env = dict(os.environ)
-        if not bert_tf_env:  # Model Garden as its users run it: without what bert_tf set
-            from bert_tf import tf_env  # (the BFC CPU allocator; bert_tf/tf_env.py)
-            for name in tf_env.ADDED:
-                env.pop(name, None)
+        from bert_tf import tf_env  # the allocator bert_tf's commands use (bert_tf/tf_env.py)
+        env = {k: v for k, v in os.environ.items() if k not in tf_env.ALLOCATOR}
+        if bert_tf_env:
+            env.update({k: v for k, v in tf_env.defaults(commands=True).items()
+                        if k in tf_env.ALLOCATOR})
+        else:  # Model Garden as its users run it: TF's default CPU allocator (malloc)
+            env["TF_CPU_ALLOCATOR_USE_BFC"] = "false"
+        self.bfc = bert_tf_env
         env.pop("TF_USE_LEGACY_KERAS", None)  # tf_keras is imported explicitly
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
-        self.params = int(self._reply()["params"])  # after the child's warm-up call
+        reply = self._reply()  # after the child's warm-up call
+        self.params = int(reply["params"])
+        if reply["bfc"] != self.bfc:
+            raise RuntimeError(f"Model Garden child: BFC allocator {reply['bfc']}, "
+                               f"asked for {self.bfc}")
 
     def _reply(self):
         for line in self.proc.stdout:
@@ -265,7 +272,11 @@ def _model_garden_child(args):
         return {m.name: float(m.result()) for m in eval_metrics}
 
     run(1)  # trace + warm up (its steps train)
-    print(_TAG + json.dumps({"params": model.count_params()}), flush=True)
+    try:  # only TF's BFC CPU allocator keeps statistics
+        bfc = tf.config.experimental.get_memory_info("CPU:0")["peak"] > 0
+    except ValueError:
+        bfc = False
+    print(_TAG + json.dumps({"params": model.count_params(), "bfc": bfc}), flush=True)
     for line in sys.stdin:
         cmd, _, rest = line.strip().partition(" ")
         if cmd == "eval":

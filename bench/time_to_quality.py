@@ -8,7 +8,10 @@ child process, bench/peers_train.py); bert_tf's loop on the same records `plain`
 and `packed_bf16` (--mixed_precision=bfloat16: emulated, slower, on a CPU without
 avx512_bf16/AMX); `two_phase` (bert-mini): the trainer's two phases, packed in both, 128 for
 90% of the steps and 512 (<= 6 a row) for the last 10% on one schedule, each phase timed.
-All but packed_bf16 run float32.
+All but packed_bf16 run float32. Each side runs as its users run it: bert_tf's arms in the
+environment bert_tf's commands set (TF's BFC CPU allocator, bert_tf/tf_env.py), Model Garden
+with TF's default allocator (malloc); bench/train_step.py's model_garden_bfc row and
+bench/cpu_allocator.py say what the allocator alone gives each.
 
 Data: bench/packing.py's time-to-quality set-up (a CPU run learns in minutes): short documents
 of the shipped sample corpus, a vocab learned from it, static masks (dupe_factor 5) at
@@ -59,6 +62,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND)
+from bert_tf import tf_env  # noqa: E402
+
+tf_env.setup(commands=True)  # bert_tf as its commands run (the BFC CPU allocator), before TF
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -351,7 +357,10 @@ def main():
     tf.get_logger().setLevel("ERROR")
     bf16 = [f for f in CPU_BF16_FLAGS if f in cpu_flags()]
     print(f"# {os.cpu_count()} cores, bf16 hardware: {', '.join(bf16) or 'none (emulated)'}; "
-          f"TF {tf.__version__}; " + " ".join([os.path.basename(sys.executable)] + sys.argv),
+          f"TF {tf.__version__}; bert_tf arms: "
+          + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in tf_env.ALLOCATOR)
+          + ", Model Garden: TF_CPU_ALLOCATOR_USE_BFC=false; "
+          + " ".join([os.path.basename(sys.executable)] + sys.argv),
           flush=True)
     out, data, done = {"args": dict(vars(args)), "models": {}}, {}, {}
     if args.resume and os.path.exists(args.json):

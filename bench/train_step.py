@@ -6,16 +6,18 @@ a GPU is visible), on the same synthetic TFRecords and global batch, each implem
 
   bert_tf       run_pretraining.py's loop (tf.function running --iterations_per_loop steps,
                 masked-LM + NSP loss, the original's AdamWeightDecay, global-norm clipping 1.0)
+                in the environment bert_tf's commands set (bert_tf/tf_env.py: TF's BFC CPU
+                allocator; this process's, so keras_hub and keras_fit share it)
   keras_hub     BertBackbone + MaskedLMHead tied to the token embedding + Dense(2) NSP on the
                 pooled output, keras AdamW (global_clipnorm 1.0), fit(steps_per_execution)
   model_garden  BertPretrainerV2(BertEncoder) with MaskedLMTask's train_step (losses, metrics)
                 and AdamWeightDecay, an Orbit while-loop of N steps in one tf.function
-                (tf_keras, in a child process; see bench/peers_train.py), in the environment
-                its users run it in: without the settings importing bert_tf adds
+                (tf_keras, in a child process; see bench/peers_train.py), as its users run it:
+                TF's default CPU allocator (malloc)
   model_garden_bfc
-                (--peers ...,model_garden_bfc) the model_garden row in bert_tf's environment
-                (bert_tf/tf_env.py: TF's BFC CPU allocator): the ratio of the two Model Garden
-                rows is what that setting alone gives a peer, in one run
+                the same child with bert_tf's allocator (BFC): the bert_tf / model_garden_bfc
+                ratio is the code's alone; model_garden_bfc / model_garden is what the
+                allocator gives a peer (each child reports the allocator it got)
   keras_fit     (--peers ...,keras_fit) our BertPretrainer under plain keras compile/fit
                 (its full call: every position of the last block, as all_positions)
   fp32          (--peers fp32, with --mixed_precision bfloat16|float16|auto) the bert_tf row
@@ -48,11 +50,14 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND)
+from bert_tf import tf_env  # noqa: E402
+
+tf_env.setup(commands=True)  # bert_tf as its commands run (the BFC CPU allocator), before TF
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bert_tf import resources, tf_env  # noqa: E402
+from bert_tf import resources  # noqa: E402
 from bert_tf.modeling.config import BertConfig  # noqa: E402
 from bert_tf.training.distribute import get_strategy, set_mixed_precision  # noqa: E402
 from bert_tf.pretraining.input_pipeline import pretraining_dataset  # noqa: E402
@@ -176,7 +181,7 @@ def make_impl(key, name, cfg, files, tmp, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="tiny,mini")
-    ap.add_argument("--peers", default="keras_hub,model_garden",
+    ap.add_argument("--peers", default="keras_hub,model_garden,model_garden_bfc",
                     help=f"comma-separated, from {','.join(PEERS)}")
     ap.add_argument("--batch", type=int, default=32, help="global batch")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per round")
@@ -202,7 +207,9 @@ def main():
           f"precision {args.mixed_precision} ({policy}), jit {args.jit}, TF {tf.__version__}, "
           f"Keras {keras.__version__}")
     print("# " + " ".join([os.path.basename(sys.executable)] + sys.argv))
-    print(f"# environment bert_tf added: {', '.join(f'{k}={os.environ[k]}' for k in tf_env.ADDED)}")
+    print("# this process (bert_tf, keras_hub, keras_fit): "
+          + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in tf_env.ALLOCATOR)
+          + "; model_garden: TF_CPU_ALLOCATOR_USE_BFC=false")
     print(f"{'config':7} {'impl':16} {'params':>11} {'steps/s':>8} {'examples/s':>11} "
           f"{'bert_tf/impl':>13} {'cpu_ms/st':>9} {'cpu ratio':>10}")
     with tempfile.TemporaryDirectory() as tmp:

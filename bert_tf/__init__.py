@@ -16,10 +16,11 @@ first use, and the Keras classes are registered lazily (below).
 """
 import sys as _sys
 
-# Keras backend, log level, CPU allocator: set before anything imports keras or starts TF.
-from bert_tf import tf_env as _tf_env  # noqa: E402  (imports nothing but os)
+# Keras backend and log level: set before anything imports keras (the commands add the CPU
+# allocator: bert_tf/tf_env.py).
+from bert_tf import tf_env as _tf_env  # noqa: E402  (imports nothing but os and sys)
 
-_tf_env.ADDED[:] = _tf_env.apply()
+_tf_env.setup()
 
 __version__ = "0.1.0"
 

@@ -1,26 +1,35 @@
-"""The environment bert_tf gives TensorFlow, set when bert_tf is imported (before TF starts).
+"""The environment bert_tf gives TensorFlow, set before TF starts.
 
 Each setting is a default: a value already in the environment wins, so any of them can be
-turned off from the shell (`TF_CPU_ALLOCATOR_USE_BFC=false bert-run-pretraining ...`).
+changed from the shell (`TF_CPU_ALLOCATOR_USE_BFC=false bert-run-pretraining ...`).
 
+Importing bert_tf sets:
   KERAS_BACKEND=tensorflow     Keras 3 must run on TF; read when keras is first imported.
   TF_CPP_MIN_LOG_LEVEL=2       keeps TF's C++ start-up chatter out of command output
                                (bert_tf.commands.quiet says how to bring it back).
+The commands (bert_tf.commands: bert-run-pretraining, bert-run-classifier, ...) also set:
   TF_CPU_ALLOCATOR_USE_BFC=true
                                TF's CPU allocator keeps freed blocks for the next step (as on
                                GPU) instead of handing each tensor to malloc. glibc maps every
                                block over 32 MiB fresh from the kernel and unmaps it when freed,
                                so each training step faults in every page of its large tensors
-                               again (the masked-LM logits alone are 78 MB at batch 32):
-                               an element-wise op on them ran 2.4x slower, and a bert-tiny
-                               pre-training step 1.4x slower, than with this setting
-                               (docs: benchmarks.md). Read when TF first allocates a tensor, so
-                               import bert_tf before running TF ops.
+                               again (the masked-LM logits are 78 MB at batch 32). Measured by
+                               bench/cpu_allocator.py (docs: benchmarks.md). The cost: the
+                               process keeps its peak memory (and BFC's rounding, up to ~1.5x
+                               it with sizes that keep growing) instead of returning it, which
+                               suits a training job and not every program that imports bert_tf,
+                               so the library alone does not set it.
   TF_CPU_BFC_MEM_LIMIT_IN_MB=<the larger of 64 GiB and physical memory>
-                               that allocator's cap; its own default, 64 GiB, would fail jobs
+                               that allocator's cap; its own default, 64 GiB, would stop jobs
                                that malloc serves on a host with more memory.
+TF reads the allocator settings when its runtime starts (the first op), so they are left
+unset when TF has already started in this process (they would not apply, and children
+would inherit a setting their parent never used).
 """
 import os
+import sys
+
+ALLOCATOR = ("TF_CPU_ALLOCATOR_USE_BFC", "TF_CPU_BFC_MEM_LIMIT_IN_MB")
 
 
 def _physical_memory_mb():
@@ -31,32 +40,62 @@ def _physical_memory_mb():
         return None
 
 
-def defaults():
-    """{name: value} of the settings above for this host."""
-    values = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2",
-              "TF_CPU_ALLOCATOR_USE_BFC": "true"}
-    memory = _physical_memory_mb()
-    if memory:
-        values["TF_CPU_BFC_MEM_LIMIT_IN_MB"] = str(max(memory, 1 << 16))
+def tf_started():
+    """Whether TensorFlow's runtime has started in this process (it has run an op). Never
+    imports TensorFlow."""
+    if "tensorflow" not in sys.modules:
+        return False
+    try:
+        from tensorflow.python.eager import context
+        return bool(context.context()._initialized)
+    except Exception:  # a partial import or a changed private API: assume it started
+        return True
+
+
+def defaults(commands=False):
+    """{name: value} of the settings above for this host.
+
+    Args:
+        commands: also the commands' settings (the CPU allocator).
+    """
+    values = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if commands:
+        values["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
+        memory = _physical_memory_mb()
+        if memory:
+            values["TF_CPU_BFC_MEM_LIMIT_IN_MB"] = str(max(memory, 1 << 16))
     return values
 
 
-def apply(environ=None):
-    """Sets the defaults above in `environ` (default os.environ), leaving values already set.
+def apply(environ=None, commands=False):
+    """Sets the defaults above in `environ` (default os.environ), leaving values already set,
+    and the allocator's only while TF has not started.
 
     Args:
         environ: the mapping to fill (tests pass a dict).
+        commands: also the commands' settings (the CPU allocator).
 
     Returns:
         the names it set (not those that were already there).
     """
     environ = os.environ if environ is None else environ
-    values = defaults()
+    values = defaults(commands)
+    if commands and tf_started():
+        values = {k: v for k, v in values.items() if k not in ALLOCATOR}
     added = [name for name in values if name not in environ]
     for name in added:
         environ[name] = values[name]
     return added
 
 
-# What importing bert_tf added to this process's environment (bench/ starts its peers without it).
+# What bert_tf added to this process's environment (bench/ starts its peers without it).
 ADDED = []
+
+
+def setup(commands=False):
+    """apply() to os.environ, recording in ADDED what it added.
+
+    Args:
+        commands: also the commands' settings (bert_tf.commands and bench/ pass True).
+    """
+    ADDED.extend(name for name in apply(commands=commands) if name not in ADDED)

@@ -22,6 +22,7 @@ from bert_tf.tokenization import vocab_builder
 from conftest import original_pack
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "sample_text.txt")
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
 def sample_lines():
@@ -273,6 +274,26 @@ def test_temporary_vocab_files_go_with_their_tokenizer(tmp_path):
     folder = os.path.dirname(layer.tokenizer.vocab_file)
     assert os.path.basename(folder).startswith("bert_tf_vocab_") and os.path.isdir(folder)
     assert layer.tokenizer.vocab_size == 6
+    tokenizer = layer.tokenizer  # the tokenizer, not the layer, owns it
+    del layer
+    gc.collect()
+    assert os.path.isdir(folder)
+    if hasattr(os, "fork"):  # a forked child exiting (at-exit handlers run) leaves it alone
+        code = ("import os, sys\n"
+                "from bert_tf.tokenization import text_graph\n"
+                "layer = text_graph.BertPreprocessingLayer(['[PAD]', '[UNK]', '[CLS]', '[SEP]',"
+                " '[MASK]', 'a'])\n"
+                "folder = os.path.dirname(layer.tokenizer.vocab_file)\n"
+                "pid = os.fork()\n"
+                "if pid == 0:\n"
+                "    sys.exit(0)\n"
+                "os.waitpid(pid, 0)\n"
+                "print(os.path.isdir(folder), folder)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        alive, child_folder = out.stdout.split()
+        assert alive == "True" and not os.path.exists(child_folder)  # gone at the parent's exit
     path = tmp_path / "vocab.txt"
     path.write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nx\nx\n")  # a duplicate: copied
 
@@ -281,7 +302,7 @@ def test_temporary_vocab_files_go_with_their_tokenizer(tmp_path):
     owner = Owner()
     copy, lines = text_graph._canonical_vocab_file(str(path), owner)
     assert lines == 7 and copy != str(path) and os.path.isfile(copy)
-    del layer, owner
+    del tokenizer, owner
     gc.collect()
     assert not os.path.exists(folder) and not os.path.exists(os.path.dirname(copy))
 

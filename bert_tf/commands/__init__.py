@@ -7,6 +7,11 @@ runs, not at import: two commands' modules in one process would define clashing 
 """
 import sys
 
+from bert_tf import tf_env
+
+# Every command imports this package before TensorFlow: the CPU allocator of a training job.
+tf_env.setup(commands=True)
+
 # Console command -> module (whose main() it calls). setup.py lists the same entry points;
 # tests/test_install.py checks the two agree.
 COMMANDS = {

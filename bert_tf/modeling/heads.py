@@ -71,9 +71,10 @@ class MaskedLMHead(keras.layers.Layer):
         x = gather_positions(sequence_output, masked_positions)
         x = ops.cast(self.layer_norm(self.transform(x)), self.compute_dtype)
         # One 2-D MatMul against the table as stored ([V, H], transpose_b) and a BiasAdd: no
-        # transpose of the table (nor of its [V, H] gradient), and TF fuses the bias into the
-        # MatMul (float32). Against x @ transpose(table) + bias: the head's forward + backward
-        # with the loss took 0.80x the time at bert-tiny's [640, 128] x [128, 30522].
+        # transpose of the table (nor of its [V, H] gradient), and in float32 without XLA TF
+        # fuses the bias into the MatMul. x @ transpose(table) + bias took 1.22x as long, the
+        # head's forward + backward with the loss at bert-tiny's [640, 128] x [128, 30522]
+        # (2-core CPU, bench/cpu_allocator.py --what head).
         table = tf.cast(embedding_table, self.compute_dtype)
         logits = tf.matmul(tf.reshape(x, [-1, self.hidden_size]), table, transpose_b=True)
         logits = tf.nn.bias_add(tf.cast(logits, tf.float32), tf.cast(self.output_bias, tf.float32))

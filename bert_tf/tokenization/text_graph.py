@@ -68,7 +68,13 @@ def _remove_with(owner, tmp_dir):
     """Removes tmp_dir, a vocab file's temporary folder, when `owner` (the tokenizer whose table
     reads the file) is garbage-collected, or at exit. The table reads the file when built, but
     a SavedModel export copies it as an asset, so it lives as long as its tokenizer."""
-    weakref.finalize(owner, shutil.rmtree, tmp_dir, True)
+    weakref.finalize(owner, _remove_in, os.getpid(), tmp_dir)
+
+
+def _remove_in(pid, tmp_dir):
+    # Only in the process that made it: a forked child exiting must not take the parent's.
+    if os.getpid() == pid:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def _canonical_vocab_file(vocab_file, owner):
@@ -322,9 +328,12 @@ class BertPreprocessingLayer(keras.layers.Layer):
         try:
             self.tokenizer = BertTextTokenizer(vocab_file, do_lower_case=do_lower_case,
                                                strip_accents=strip_accents)
-        finally:
-            if isinstance(vocabulary, (list, tuple)):  # its file lives as long as the tokenizer
-                _remove_with(getattr(self, "tokenizer", self), tmp_dir)
+        except BaseException:
+            if isinstance(vocabulary, (list, tuple)):
+                shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
+        if isinstance(vocabulary, (list, tuple)):  # its file lives as long as the tokenizer
+            _remove_with(self.tokenizer, tmp_dir)
         self.strip_accents = self.tokenizer.strip_accents
         # No weights to make (the table is the tokenizer's): built now, so a model holding this
         # layer counts as built before its first call (a fit builds its optimizer up front).
