@@ -72,7 +72,7 @@ def child(args):
                             ap_.Namespace(batch=args.batch, iterations=args.iterations,
                                           jit=False, mixed_precision="none"))
         run = impl.run
-    try:
+    try:  # only TF's BFC CPU allocator keeps statistics (unless a profiler turns them on)
         bfc = tf.config.experimental.get_memory_info("CPU:0")["peak"] > 0
     except ValueError:
         bfc = False

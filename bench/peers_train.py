@@ -272,7 +272,7 @@ def _model_garden_child(args):
         return {m.name: float(m.result()) for m in eval_metrics}
 
     run(1)  # trace + warm up (its steps train)
-    try:  # only TF's BFC CPU allocator keeps statistics
+    try:  # only TF's BFC CPU allocator keeps statistics (unless a profiler turns them on)
         bfc = tf.config.experimental.get_memory_info("CPU:0")["peak"] > 0
     except ValueError:
         bfc = False

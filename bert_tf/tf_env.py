@@ -24,7 +24,8 @@ The commands (bert_tf.commands: bert-run-pretraining, bert-run-classifier, ...) 
                                that malloc serves on a host with more memory.
 TF reads the allocator settings when its runtime starts (the first op), so they are left
 unset when TF has already started in this process (they would not apply, and children
-would inherit a setting their parent never used).
+would inherit a setting their parent never used). Child processes inherit them (the demo's
+steps, a command's workers), as any environment variable.
 """
 import os
 import sys
@@ -41,13 +42,15 @@ def _physical_memory_mb():
 
 
 def tf_started():
-    """Whether TensorFlow's runtime has started in this process (it has run an op). Never
-    imports TensorFlow."""
+    """Whether TensorFlow's eager runtime has started in this process (it has run an op).
+    Never imports TensorFlow nor creates its context. A TF1 `Session` made before any eager op
+    is not seen (its devices, and so the allocator, exist by then)."""
     if "tensorflow" not in sys.modules:
         return False
     try:
         from tensorflow.python.eager import context
-        return bool(context.context()._initialized)
+        ctx = context.context_safe()
+        return ctx is not None and bool(ctx._initialized)
     except Exception:  # a partial import or a changed private API: assume it started
         return True
 

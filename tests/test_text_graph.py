@@ -307,6 +307,19 @@ def test_temporary_vocab_files_go_with_their_tokenizer(tmp_path):
     assert not os.path.exists(folder) and not os.path.exists(os.path.dirname(copy))
 
 
+def test_a_failing_tokenizer_leaves_no_vocab_folder(tmp_path, monkeypatch):
+    import tempfile
+    mkdtemp = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda prefix: mkdtemp(prefix=prefix, dir=tmp_path))
+
+    def refuse(*args, **kwargs):
+        raise bert_tf.BertError("refused")
+    monkeypatch.setattr(text_graph, "BertTextTokenizer", refuse)
+    with pytest.raises(bert_tf.BertError, match="refused"):
+        text_graph.BertPreprocessingLayer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
+    assert os.listdir(tmp_path) == []
+
+
 def test_bad_vocab_raises_bert_error(tmp_path):
     with pytest.raises(bert_tf.BertError, match="vocab file not found"):
         text_graph.BertTextTokenizer(str(tmp_path / "none.txt"))
