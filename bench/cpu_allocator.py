@@ -19,35 +19,25 @@ allocator it got (only BFC keeps statistics).
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from peers_train import TaggedChild, clock, since  # noqa: E402
+
 _TAG = "@@alloc "
 
 
-def clock():
-    return time.perf_counter(), time.process_time()
-
-
-def _serve(run, bfc):
-    """Child: reply to "run N" lines until stdin closes."""
-    print(_TAG + json.dumps({"bfc": bfc}), flush=True)
-    for line in sys.stdin:
-        wall, cpu = run(int(line))
-        print(_TAG + json.dumps({"wall": wall, "cpu": cpu}), flush=True)
-
-
 def child(args):
+    """Child: build the work, then answer "N" with the (wall, CPU) seconds of N calls."""
     import argparse as ap_
     import tempfile
 
     import train_step as ts  # imports bert_tf and sets the commands' environment first
     import tensorflow as tf
-    from bert_tf import resources
+    from bert_tf import resources, tf_env
     from bert_tf.modeling.config import BertConfig
 
     if args.what == "elementwise":
@@ -59,8 +49,7 @@ def child(args):
             for _ in range(calls):
                 y = double(x)
                 del y
-            now = clock()
-            return now[0] - start[0], now[1] - start[1]
+            return since(start)
         run(2)
     else:
         tmp = tempfile.mkdtemp(prefix="bench-alloc-")
@@ -72,47 +61,29 @@ def child(args):
                             ap_.Namespace(batch=args.batch, iterations=args.iterations,
                                           jit=False, mixed_precision="none"))
         run = impl.run
-    try:  # only TF's BFC CPU allocator keeps statistics (unless a profiler turns them on)
-        bfc = tf.config.experimental.get_memory_info("CPU:0")["peak"] > 0
-    except ValueError:
-        bfc = False
-    _serve(run, bfc)
+    print(_TAG + json.dumps({"bfc": tf_env.bfc_in_use()}), flush=True)
+    for line in sys.stdin:
+        wall, cpu = run(int(line))
+        print(_TAG + json.dumps({"wall": wall, "cpu": cpu}), flush=True)
 
 
-class Child:
+class Child(TaggedChild):
     def __init__(self, bfc, what, config, args):
-        env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true" if bfc else "false")
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--what", what,
-               "--config", config or "tiny", "--batch", str(args.batch),
-               "--iterations", str(args.iterations)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=env)
-        got = self._reply()["bfc"]
-        if got != bfc:
-            raise RuntimeError(f"child asked for BFC {bfc} got {got}")
-
-    def _reply(self):
-        for line in self.proc.stdout:
-            if line.startswith(_TAG):
-                return json.loads(line[len(_TAG):])
-        raise RuntimeError(f"child exited ({self.proc.wait()}); see stderr above")
+        super().__init__([sys.executable, os.path.abspath(__file__), "--child", "--what", what,
+                          "--config", config or "tiny", "--batch", str(args.batch),
+                          "--iterations", str(args.iterations)], bfc, _TAG)
 
     def run(self, calls):
-        self.proc.stdin.write(f"{calls}\n")
-        self.proc.stdin.flush()
-        r = self._reply()
+        r = self.ask(calls)
         return r["wall"], r["cpu"]
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(timeout=120)
 
 
 def ab(what, config, args, calls, unit):
     """Alternating rounds, malloc then BFC; prints one row."""
     pair = {}
     try:
-        pair = {"malloc": Child(False, what, config, args), "bfc": Child(True, what, config, args)}
+        for key, bfc in (("malloc", False), ("bfc", True)):
+            pair[key] = Child(bfc, what, config, args)
         best = {k: (float("inf"), float("inf")) for k in pair}
         for _ in range(args.rounds):
             for k, c in pair.items():
@@ -195,7 +166,7 @@ def main():
             ab("step", config, args, calls, calls * args.iterations)
     if "head" in wanted:
         from bert_tf import tf_env
-        tf_env.setup(commands=True)
+        tf_env.apply(commands=True)
         head_ab(args.rounds)
 
 

@@ -124,37 +124,47 @@ class KerasHubFit:
 
 # ---- Model Garden (tf_keras, child process) --------------------------------------------------
 
-class ModelGarden:
-    """Parent side: starts the child, `run(calls)` -> the child's seconds; `close()`."""
+def allocator_env(bfc):
+    """This process's environment for a child whose TF CPU allocator is BFC (bert_tf's
+    commands' setting, bert_tf/tf_env.py) or TF's default, malloc (bfc False)."""
+    from bert_tf import tf_env
+    env = {k: v for k, v in os.environ.items() if k not in tf_env.ALLOCATOR}
+    if bfc:
+        env.update({k: v for k, v in tf_env.defaults(commands=True).items()
+                    if k in tf_env.ALLOCATOR})
+    else:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = "false"
+    return env
 
-    def __init__(self, config_file, files, batch, iterations, jit=False, seed=1, extra=(),
-                 bert_tf_env=False):
-        cmd = [sys.executable, os.path.abspath(__file__), "model_garden", "--config", config_file,
-               "--files", files, "--batch", str(batch), "--iterations", str(iterations),
-               "--seed", str(seed)] + (["--jit"] if jit else []) + list(extra)
-        from bert_tf import tf_env  # the allocator bert_tf's commands use (bert_tf/tf_env.py)
-        env = {k: v for k, v in os.environ.items() if k not in tf_env.ALLOCATOR}
-        if bert_tf_env:
-            env.update({k: v for k, v in tf_env.defaults(commands=True).items()
-                        if k in tf_env.ALLOCATOR})
-        else:  # Model Garden as its users run it: TF's default CPU allocator (malloc)
-            env["TF_CPU_ALLOCATOR_USE_BFC"] = "false"
-        self.bfc = bert_tf_env
-        env.pop("TF_USE_LEGACY_KERAS", None)  # tf_keras is imported explicitly
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+def allocators_line():
+    """The header line saying which allocator each side of a bench runs with."""
+    from bert_tf import tf_env
+    return ("bert_tf (this process): "
+            + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in tf_env.ALLOCATOR)
+            + "; Model Garden: TF_CPU_ALLOCATOR_USE_BFC=false (model_garden_bfc: true)")
+
+
+class TaggedChild:
+    """Parent side of a child process that answers lines on stdin with `tag` + JSON lines on
+    stdout (other lines pass by). Its first reply (`self.ready`) says whether it got the BFC
+    allocator it was started with (`bfc`)."""
+
+    def __init__(self, cmd, bfc, tag, env=None):
+        env = allocator_env(bfc) if env is None else env
+        self.tag, self.bfc, self.name = tag, bfc, cmd[2]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
-        reply = self._reply()  # after the child's warm-up call
-        self.params = int(reply["params"])
-        if reply["bfc"] != self.bfc:
-            raise RuntimeError(f"Model Garden child: BFC allocator {reply['bfc']}, "
-                               f"asked for {self.bfc}")
+        self.ready = self._reply()
+        if self.ready["bfc"] != bfc:
+            raise RuntimeError(f"{self.name} child: BFC allocator {self.ready['bfc']}, "
+                               f"asked for {bfc}")
 
     def _reply(self):
         for line in self.proc.stdout:
-            if line.startswith(_TAG):
-                return json.loads(line[len(_TAG):])
-        raise RuntimeError(f"Model Garden child exited ({self.proc.wait()}); see stderr above")
+            if line.startswith(self.tag):
+                return json.loads(line[len(self.tag):])
+        raise RuntimeError(f"{self.name} child exited ({self.proc.wait()}); see stderr above")
 
     def ask(self, line):
         """Send one command line; the child's reply (a dict)."""
@@ -162,14 +172,30 @@ class ModelGarden:
         self.proc.stdin.flush()
         return self._reply()
 
-    def run(self, calls):
-        reply = self.ask(calls)
-        return (reply["seconds"], reply["cpu_seconds"])
-
     def close(self):
         if self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait(timeout=60)
+
+
+class ModelGarden(TaggedChild):
+    """Parent side: starts the child, `run(calls)` -> the child's seconds; `close()`.
+    bert_tf_env: give it bert_tf's commands' CPU allocator (BFC) instead of TF's default."""
+
+    def __init__(self, config_file, files, batch, iterations, jit=False, seed=1, extra=(),
+                 bert_tf_env=False):
+        cmd = [sys.executable, os.path.abspath(__file__), "model_garden", "--config", config_file,
+               "--files", files, "--batch", str(batch), "--iterations", str(iterations),
+               "--seed", str(seed)] + (["--jit"] if jit else []) + list(extra)
+        env = allocator_env(bert_tf_env)
+        env.pop("TF_USE_LEGACY_KERAS", None)  # tf_keras is imported explicitly
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        super().__init__(cmd, bert_tf_env, _TAG, env)
+        self.params = int(self.ready["params"])  # after the child's warm-up call
+
+    def run(self, calls):
+        reply = self.ask(calls)
+        return (reply["seconds"], reply["cpu_seconds"])
 
 
 def _model_garden_child(args):
@@ -272,11 +298,9 @@ def _model_garden_child(args):
         return {m.name: float(m.result()) for m in eval_metrics}
 
     run(1)  # trace + warm up (its steps train)
-    try:  # only TF's BFC CPU allocator keeps statistics (unless a profiler turns them on)
-        bfc = tf.config.experimental.get_memory_info("CPU:0")["peak"] > 0
-    except ValueError:
-        bfc = False
-    print(_TAG + json.dumps({"params": model.count_params(), "bfc": bfc}), flush=True)
+    from bert_tf import tf_env
+    print(_TAG + json.dumps({"params": model.count_params(), "bfc": tf_env.bfc_in_use()}),
+          flush=True)
     for line in sys.stdin:
         cmd, _, rest = line.strip().partition(" ")
         if cmd == "eval":

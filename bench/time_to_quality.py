@@ -64,7 +64,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND)
 from bert_tf import tf_env  # noqa: E402
 
-tf_env.setup(commands=True)  # bert_tf as its commands run (the BFC CPU allocator), before TF
+tf_env.apply(commands=True)  # bert_tf as its commands run (the BFC CPU allocator), before TF
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -78,7 +78,7 @@ from bert_tf.training.precision import CPU_BF16_FLAGS, cpu_flags  # noqa: E402
 from bert_tf.pretraining import phase_plan, phases, pretraining  # noqa: E402
 from packing import (Stepper, padding_share, quality_data, unigram_baseline,  # noqa: E402
                      unpacked_evaluation)
-from peers_train import ModelGarden  # noqa: E402
+from peers_train import ModelGarden, allocators_line  # noqa: E402
 from ttq_report import ARMS, equal_batches, summarize, write_json  # noqa: E402
 
 EVAL_BATCH = 64
@@ -357,9 +357,7 @@ def main():
     tf.get_logger().setLevel("ERROR")
     bf16 = [f for f in CPU_BF16_FLAGS if f in cpu_flags()]
     print(f"# {os.cpu_count()} cores, bf16 hardware: {', '.join(bf16) or 'none (emulated)'}; "
-          f"TF {tf.__version__}; bert_tf arms: "
-          + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in tf_env.ALLOCATOR)
-          + ", Model Garden: TF_CPU_ALLOCATOR_USE_BFC=false; "
+          f"TF {tf.__version__}; {allocators_line()}; "
           + " ".join([os.path.basename(sys.executable)] + sys.argv),
           flush=True)
     out, data, done = {"args": dict(vars(args)), "models": {}}, {}, {}

@@ -52,7 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND)
 from bert_tf import tf_env  # noqa: E402
 
-tf_env.setup(commands=True)  # bert_tf as its commands run (the BFC CPU allocator), before TF
+tf_env.apply(commands=True)  # bert_tf as its commands run (the BFC CPU allocator), before TF
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -64,7 +64,7 @@ from bert_tf.pretraining.input_pipeline import pretraining_dataset  # noqa: E402
 from bert_tf.modeling.models import BertPretrainer, build_model  # noqa: E402
 from bert_tf.pretraining import pretraining  # noqa: E402
 from bert_tf.training.task import Task  # noqa: E402
-from peers_train import KerasHubFit, ModelGarden, clock, since  # noqa: E402
+from peers_train import KerasHubFit, ModelGarden, allocators_line, clock, since  # noqa: E402
 
 SEQ, PRED = 128, 20
 
@@ -207,9 +207,7 @@ def main():
           f"precision {args.mixed_precision} ({policy}), jit {args.jit}, TF {tf.__version__}, "
           f"Keras {keras.__version__}")
     print("# " + " ".join([os.path.basename(sys.executable)] + sys.argv))
-    print("# this process (bert_tf, keras_hub, keras_fit): "
-          + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in tf_env.ALLOCATOR)
-          + "; model_garden: TF_CPU_ALLOCATOR_USE_BFC=false")
+    print("# " + allocators_line() + "; keras_hub and keras_fit share this process's")
     print(f"{'config':7} {'impl':16} {'params':>11} {'steps/s':>8} {'examples/s':>11} "
           f"{'bert_tf/impl':>13} {'cpu_ms/st':>9} {'cpu ratio':>10}")
     with tempfile.TemporaryDirectory() as tmp:

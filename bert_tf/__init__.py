@@ -20,7 +20,7 @@ import sys as _sys
 # allocator: bert_tf/tf_env.py).
 from bert_tf import tf_env as _tf_env  # noqa: E402  (imports nothing but os and sys)
 
-_tf_env.setup()
+_tf_env.apply()
 
 __version__ = "0.1.0"
 

@@ -72,7 +72,8 @@ def defaults(commands=False):
 
 def apply(environ=None, commands=False):
     """Sets the defaults above in `environ` (default os.environ), leaving values already set,
-    and the allocator's only while TF has not started.
+    and the allocator's only while TF has not started. bert_tf's import applies the library's;
+    bert_tf.commands (and bench/) apply the commands'.
 
     Args:
         environ: the mapping to fill (tests pass a dict).
@@ -91,14 +92,11 @@ def apply(environ=None, commands=False):
     return added
 
 
-# What bert_tf added to this process's environment (bench/ starts its peers without it).
-ADDED = []
-
-
-def setup(commands=False):
-    """apply() to os.environ, recording in ADDED what it added.
-
-    Args:
-        commands: also the commands' settings (bert_tf.commands and bench/ pass True).
-    """
-    ADDED.extend(name for name in apply(commands=commands) if name not in ADDED)
+def bfc_in_use():
+    """Whether this process's TF CPU allocator is BFC: only it keeps statistics (unless a
+    profiler turns them on). Imports TensorFlow and starts it."""
+    import tensorflow as tf
+    try:
+        return tf.config.experimental.get_memory_info("CPU:0")["peak"] > 0
+    except ValueError:
+        return False

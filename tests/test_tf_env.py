@@ -50,8 +50,10 @@ PROBE = ("import tensorflow as tf\n"
          "    print('bfc', tf.config.experimental.get_memory_info('CPU:0')['peak'] > 0)\n"
          "except ValueError:\n"
          "    print('malloc')\n"
-         "from bert_tf import tf_env\n"
-         "print('added', ','.join(tf_env.ADDED))\n")
+         "import os\n"  # _run starts without these names: the ones present bert_tf set
+         "print('added', ','.join(k for k in %r if k in os.environ))\n"
+         % ["KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_CPU_ALLOCATOR_USE_BFC",
+            "TF_CPU_BFC_MEM_LIMIT_IN_MB"])
 
 
 def test_the_commands_get_the_bfc_allocator_and_the_library_does_not():

@@ -10,7 +10,7 @@ import sys
 from bert_tf import tf_env
 
 # Every command imports this package before TensorFlow: the CPU allocator of a training job.
-tf_env.setup(commands=True)
+tf_env.apply(commands=True)
 
 # Console command -> module (whose main() it calls). setup.py lists the same entry points;
 # tests/test_install.py checks the two agree.
