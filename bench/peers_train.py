@@ -297,10 +297,10 @@ def _model_garden_child(args):
             eval_step(batch)
         return {m.name: float(m.result()) for m in eval_metrics}
 
-    run(1)  # trace + warm up (its steps train)
+    first = run(1)[0]  # trace + warm up (its steps train)
     from bert_tf import tf_env
-    print(_TAG + json.dumps({"params": model.count_params(), "bfc": tf_env.bfc_in_use()}),
-          flush=True)
+    print(_TAG + json.dumps({"params": model.count_params(), "bfc": tf_env.bfc_in_use(),
+                             "first_call_seconds": first}), flush=True)
     for line in sys.stdin:
         cmd, _, rest = line.strip().partition(" ")
         if cmd == "eval":

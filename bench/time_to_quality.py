@@ -4,8 +4,9 @@ accuracy on held-out records first reaches Model Garden's final accuracy, in one
 Arms, per model (bert-tiny, bert-mini) and replicate: `mg` Model Garden's own pre-training
 (BertPretrainerV2(BertEncoder), MaskedLMTask.train_step, AdamWeightDecay, an Orbit while-loop;
 child process, bench/peers_train.py); bert_tf's loop on the same records `plain`, `packed`
-(<= 3 a row; as many sequences per step on average in fewer rows: equal_batches)
-and `packed_bf16` (--mixed_precision=bfloat16: emulated, slower, on a CPU without
+(<= 3 a row; as many sequences per step on average in fewer rows: equal_batches),
+`packed_xla` (the same with --jit_compile: the step XLA-compiled; Model Garden's step gains
+nothing from XLA on this CPU, bench/train_step.py --jit) and `packed_bf16` (--mixed_precision=bfloat16: emulated, slower, on a CPU without
 avx512_bf16/AMX); `two_phase` (bert-mini): the trainer's two phases, packed in both, 128 for
 90% of the steps and 512 (<= 6 a row) for the last 10% on one schedule, each phase timed.
 All but packed_bf16 run float32. Each side runs as its users run it: bert_tf's arms in the
@@ -27,7 +28,8 @@ Model Garden's NSP head is dense(H, tanh) + dense(2) on [CLS] (its encoder's poo
 unused), bert_tf's the pooler + dense(2): the child copies its head's dense into its pooler
 before writing the initial weights, so both start as the same function. Unavoidable: the
 data order (tf.data shuffle there, bert_tf's block shuffle here, both 1,000 records). Each
-arm's first step (and phase 2's first) traces: it trains, its time is not counted.
+arm's first step (and phase 2's first) traces: it trains, its time is not counted; each
+arm's first call is recorded and the report gives the ratio with it counted as well.
 
 Arms alternate in rotating chunks of `--chunk` steps (load from other jobs hits all alike);
 evaluation (batches of 64, last partial one dropped) is off the clock. Per replicate: target =
@@ -95,7 +97,7 @@ class OurArm(Stepper):
         self.eval_fn = unpacked_evaluation(self.trainer, eval_file)
         if trace:  # now, under this arm's dtype policy (the trainer sets the global one)
             self.prepare(options)
-            self.traced = Stepper.run(self, 1)[1]
+            self.first_seconds, self.traced = Stepper.run(self, 1)
 
     def prepare(self, options):
         self.iterator = iter(self.trainer.distribute(
@@ -143,6 +145,7 @@ class MgArm:
                  "--eval_batch", str(EVAL_BATCH), "--init_out", init]
         self.child = ModelGarden(cfg_file, files["train"], batch, 1, seed=seed, extra=extra)
         self.batch, self.traced, self.eval_file = batch, float(batch), files["eval"]
+        self.first_seconds = self.child.ready["first_call_seconds"]
 
     def run(self, steps):
         return self.child.ask(f"steps {steps}")["seconds"], float(steps * self.batch)
@@ -211,13 +214,15 @@ def make_arms(name, seed, args, files, vocab, steps, out, arms):
     # dict as each arm starts: a failure in a later one still closes the child
     facts = {"batch": batch, "packed_rows": packed_rows, "cfg": cfg, "init": init}
     wanted = args.arms.split(",")
-    for kind, path, rows_, precision in (("plain", files["train"], batch, "none"),
-                                         ("packed", files["packed"], packed_rows, "none"),
-                                         ("packed_bf16", files["packed"], packed_rows,
-                                          "bfloat16")):
+    for kind, path, rows_, precision, jit in (
+            ("plain", files["train"], batch, "none", False),
+            ("packed", files["packed"], packed_rows, "none", False),
+            ("packed_xla", files["packed"], packed_rows, "none", True),
+            ("packed_bf16", files["packed"], packed_rows, "bfloat16", False)):
         if kind in wanted:
             arms[kind] = OurArm(cfg, our_options(args, out, kind, seed, steps, rows_, init,
-                                                 precision, input_file=path), files["eval"])
+                                                 precision, input_file=path, jit_compile=jit),
+                                files["eval"])
     if ("two_phase" in wanted and name in args.two_phase_models.split(",")
             and seed <= (args.two_phase_replicates or seed)):
         d512, preds512, per_row = data_512(args.workdir, args, seed, vocab)
@@ -295,7 +300,8 @@ def _run_replicate(name, seed, args, files, vocab, steps, out, arms):
         print(f"  [{time.time() - START:.0f} s] {name} r{seed} step {done}/{steps}: " + ", ".join(
             f"{k} {clock[k]:.0f}s {curves[k][-1][2]:.3f}" for k in arms), flush=True)
     facts.update(sequences_per_step={k: v / steps for k, v in seqs.items()},
-                 chunk_seconds=chunks)
+                 chunk_seconds=chunks,
+                 first_call_seconds={k: a.first_seconds for k, a in arms.items()})
     if "two_phase" in arms:
         arm = arms["two_phase"]
         arm.trainer.new_stage(arm.trainer.options, arm.trainer.step)  # eval step: packed task

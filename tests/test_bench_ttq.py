@@ -125,3 +125,24 @@ def test_equal_batches(batch, per_row, want):
     rows, seqs = ttq_report.equal_batches(batch, per_row)
     assert (rows, seqs) == want
     assert abs(rows * per_row - seqs) / seqs <= 0.15
+
+
+def test_first_calls_counted_and_the_xla_arm_is_a_goal_row(capsys):
+    """The packed arm with --jit_compile is judged as the goal's row too; each side's first call
+    (tracing, XLA compiling: trained, off the clock) is added back in a second ratio."""
+    results = _results(5, 3.0)
+    for seed, curves_, facts in results:
+        curves_["packed_xla"] = curves_.pop("packed")
+        facts["first_call_seconds"] = {"mg": 1.0, "packed_xla": 10.0}
+    summary = ttq_report.summarize("mini", results)
+    xla = summary["packed_xla"]
+    assert xla["cleared"] is True
+    assert ": cleared (the goal's row)" in capsys.readouterr().out
+    t_mg = [summary["mg_times"][s][0] for s in xla["seeds"]]
+    t_arm = [xla["times"][s][0] for s in xla["seeds"]]
+    want = (sum(t_mg) + 5 * 1.0) / (sum(t_arm) + 5 * 10.0)
+    assert xla["with_first_calls"]["ratio_of_means"] == pytest.approx(want)
+    assert want < xla["ratio_of_means"]
+    assert xla["with_first_calls"]["packed_xla"] == 10.0
+    del results[2][2]["first_call_seconds"]  # an older run without them: no second ratio
+    assert ttq_report.summarize("mini", results)["packed_xla"]["with_first_calls"] is None
