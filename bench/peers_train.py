@@ -267,11 +267,14 @@ def _model_garden_child(args):
     iterator = iter(pretrain_dataloader.BertPretrainDataLoader(data_cfg).load())
     train_loss = tf_keras.metrics.Mean("training_loss")
 
-    def replica_step(inputs):
-        logs = task.train_step(inputs, model, optimizer, metrics)
-        train_loss.update_state(logs[task.loss])
+    # --jit: as Model Garden's base_trainer compiles it (task.train_step only; it does so only
+    # when runtime.enable_xla and num_gpus > 0, so its users never get XLA on a CPU).
+    train_step = (tf.function(task.train_step, jit_compile=True) if args.jit
+                  else task.train_step)
 
-    replica_fn = tf.function(replica_step, jit_compile=True) if args.jit else replica_step
+    def replica_fn(inputs):
+        logs = train_step(inputs, model=model, optimizer=optimizer, metrics=metrics)
+        train_loss.update_state(logs[task.loss])
 
     def step_fn(iterator):  # Model Garden's base_trainer.Trainer.train_step
         strategy.run(replica_fn, args=(next(iterator),))

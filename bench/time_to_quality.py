@@ -5,9 +5,11 @@ Arms, per model (bert-tiny, bert-mini) and replicate: `mg` Model Garden's own pr
 (BertPretrainerV2(BertEncoder), MaskedLMTask.train_step, AdamWeightDecay, an Orbit while-loop;
 child process, bench/peers_train.py); bert_tf's loop on the same records `plain`, `packed`
 (<= 3 a row; as many sequences per step on average in fewer rows: equal_batches),
-`packed_xla` (the same with --jit_compile: the step XLA-compiled; Model Garden's step gains
-nothing from XLA on this CPU, bench/train_step.py --jit) and `packed_bf16` (--mixed_precision=bfloat16: emulated, slower, on a CPU without
-avx512_bf16/AMX); `two_phase` (bert-mini): the trainer's two phases, packed in both, 128 for
+`packed_xla` (the same with --jit_compile: the step XLA-compiled; Model Garden's trainer
+compiles its step only on GPUs, official/core/base_trainer.py: `runtime.enable_xla and
+num_gpus > 0`, so its CPU users never get XLA; bench/train_step.py's model_garden_xla row
+measures what it would give) and `packed_bf16` (--mixed_precision=bfloat16: emulated,
+slower, on a CPU without avx512_bf16/AMX); `two_phase` (bert-mini): the trainer's two phases, packed in both, 128 for
 90% of the steps and 512 (<= 6 a row) for the last 10% on one schedule, each phase timed.
 All but packed_bf16 run float32. Each side runs as its users run it: bert_tf's arms in the
 environment bert_tf's commands set (TF's BFC CPU allocator, bert_tf/tf_env.py), Model Garden
@@ -28,8 +30,11 @@ Model Garden's NSP head is dense(H, tanh) + dense(2) on [CLS] (its encoder's poo
 unused), bert_tf's the pooler + dense(2): the child copies its head's dense into its pooler
 before writing the initial weights, so both start as the same function. Unavoidable: the
 data order (tf.data shuffle there, bert_tf's block shuffle here, both 1,000 records). Each
-arm's first step (and phase 2's first) traces: it trains, its time is not counted; each
-arm's first call is recorded and the report gives the ratio with it counted as well.
+arm's first step (and phase 2's first) traces: it trains, its time is not counted; those first
+calls are recorded (facts first_call_seconds; the first bert_tf arm's also holds this process's
+one-time TF start-up, so it depends on --arms) and the report gives a second verdict with
+each side's added to its time (XLA's compile is one-time per process: 400 steps weigh it far
+more than a run of hours does).
 
 Arms alternate in rotating chunks of `--chunk` steps (load from other jobs hits all alike);
 evaluation (batches of 64, last partial one dropped) is off the clock. Per replicate: target =
@@ -39,9 +44,10 @@ total) and counts as X in the ratio of means (then an upper bound). 95% interval
 of means: percentile bootstrap over replicates (10,000 resamples, seed 0) and
 Fieller's (paired, t quantile). A Model Garden final not well above the unigram baseline is
 INVALID. Replicate 1 checks that bert_tf's eval of Model Garden's final weights gives its number.
-Goal (bert-mini, seq 128, packed, fp32): >= 2.0x faster than Model Garden, interval above 1.5x;
-"cleared" needs >= 5 replicates, none censored or INVALID, eval parity equal, and both
-intervals above 1.5x.
+Goal (bert-mini, seq 128, packed, fp32; rows `packed` and `packed_xla`, both judged on the
+training clock, each with the first-call verdict beside it): >= 2.0x faster than Model Garden,
+interval above 1.5x; "cleared" needs >= 5 replicates, none censored or INVALID, eval parity
+equal, and both intervals above 1.5x.
 
   .venv/bin/python bench/time_to_quality.py --quick      # smoke: 1 replicate, 40 steps
   .venv/bin/python bench/time_to_quality.py              # 5 replicates, mini + tiny, all arms
@@ -93,6 +99,8 @@ class OurArm(Stepper):
 
     def __init__(self, cfg, options, eval_file, trace=True):
         self.trainer = pretraining.make_trainer(cfg, options)
+        # --jit_compile reached the trainer: its step is the XLA-compiled function.
+        assert (self.trainer._step_fn is not self.trainer._replica_step) == options.jit_compile
         assert self.trainer.restore() == "initialized"
         self.eval_fn = unpacked_evaluation(self.trainer, eval_file)
         if trace:  # now, under this arm's dtype policy (the trainer sets the global one)
@@ -126,8 +134,9 @@ class TwoPhaseArm(OurArm):
         while steps > 0:
             if self.phase.number == 1 and self.trainer.step >= self.phase.end:
                 self.prepare(None, 1)
-                seqs += Stepper.run(self, 1)[1]  # traces at 512: trained, not timed
-                steps -= 1
+                first, traced = Stepper.run(self, 1)  # traces at 512: trained, not timed
+                self.first_seconds += first  # a first call too
+                seqs, steps = seqs + traced, steps - 1
                 continue
             n = min(steps, self.phase.end - self.trainer.step)
             s, q = Stepper.run(self, n)
@@ -301,7 +310,9 @@ def _run_replicate(name, seed, args, files, vocab, steps, out, arms):
             f"{k} {clock[k]:.0f}s {curves[k][-1][2]:.3f}" for k in arms), flush=True)
     facts.update(sequences_per_step={k: v / steps for k, v in seqs.items()},
                  chunk_seconds=chunks,
-                 first_call_seconds={k: a.first_seconds for k, a in arms.items()})
+                 first_call_seconds={k: a.first_seconds for k, a in arms.items()},
+                 jit_compile=[k for k, a in arms.items()
+                              if getattr(a, "trainer", None) and a.trainer.options.jit_compile])
     if "two_phase" in arms:
         arm = arms["two_phase"]
         arm.trainer.new_stage(arm.trainer.options, arm.trainer.step)  # eval step: packed task

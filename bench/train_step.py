@@ -22,6 +22,10 @@ a GPU is visible), on the same synthetic TFRecords and global batch, each implem
                 (its full call: every position of the last block, as all_positions)
   fp32          (--peers fp32, with --mixed_precision bfloat16|float16|auto) the bert_tf row
                 again at float32: its ratio is the mixed-precision speed-up, in one run
+  bert_tf_xla, model_garden_xla
+                (--peers ...) the bert_tf and model_garden rows XLA-compiled whatever --jit
+                says: without --jit, one run gives each implementation's step with and
+                without XLA (bert_tf: --jit_compile)
   all_positions (--peers all_positions) the bert_tf row with its last transformer block run at
                 every position (the model's plain call) instead of only where the heads read:
                 its ratio is what `BertPretrainer.pretraining_logits` saves, in one run
@@ -156,7 +160,8 @@ def bert_tf_impl(cfg, files, out, args, all_positions=False):
     return BertTf(cfg, files, out, args, all_positions)
 
 
-PEERS = ("keras_hub", "model_garden", "model_garden_bfc", "keras_fit", "fp32", "all_positions")
+PEERS = ("keras_hub", "model_garden", "model_garden_bfc", "keras_fit", "fp32", "all_positions",
+         "bert_tf_xla", "model_garden_xla")
 
 
 def make_impl(key, name, cfg, files, tmp, args):
@@ -165,9 +170,13 @@ def make_impl(key, name, cfg, files, tmp, args):
         return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}"), args)
     if key == "keras_hub":
         return KerasHubFit(cfg, files, args.batch, args.iterations, jit=args.jit)
-    if key in ("model_garden", "model_garden_bfc"):
-        return ModelGarden(config_file, files, args.batch, args.iterations, jit=args.jit,
+    if key in ("model_garden", "model_garden_bfc", "model_garden_xla"):
+        return ModelGarden(config_file, files, args.batch, args.iterations,
+                           jit=args.jit or key == "model_garden_xla",
                            bert_tf_env=key == "model_garden_bfc")
+    if key == "bert_tf_xla":
+        return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}-xla"),
+                            argparse.Namespace(**{**vars(args), "jit": True}))
     if key == "all_positions":
         return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}-all"), args, True)
     if key == "fp32":  # the trainer sets the global policy: put the run's back for the others
@@ -195,9 +204,12 @@ def main():
     unknown = set(peers) - set(PEERS)
     if unknown:
         ap.error(f"--peers: unknown {', '.join(sorted(unknown))}; expected {', '.join(PEERS)}")
-    if args.mixed_precision != "none" and {"model_garden", "model_garden_bfc"} & set(peers):
+    if args.mixed_precision != "none" and {p for p in peers if p.startswith("model_garden")}:
         ap.error("--mixed_precision: the Model Garden row runs in float32 only; "
                  "pass --peers keras_hub,keras_fit")
+    if args.jit and {"bert_tf_xla", "model_garden_xla"} & set(peers):
+        ap.error("--peers bert_tf_xla/model_garden_xla: XLA whatever --jit says; with --jit "
+                 "they repeat bert_tf and model_garden, leave out --jit")
     if "fp32" in peers and args.mixed_precision == "none":
         ap.error("--peers fp32: compares against --mixed_precision bfloat16|float16|auto")
     policy = set_mixed_precision(args.mixed_precision)
@@ -237,6 +249,11 @@ def main():
                 print(f"{name:7} {key:16} {impl.params:11,d} {sps:8.2f} {sps * args.batch:11.1f} "
                       f"{wall[key] / wall['bert_tf']:13.2f} {1000 * cpu[key] / steps:9.0f} "
                       f"{cpu[key] / cpu['bert_tf']:10.2f}", flush=True)
+            gains = [(k, wall[k] / wall[k + "_xla"]) for k in ("bert_tf", "model_garden")
+                     if k + "_xla" in wall]
+            if gains:  # each implementation's own XLA speed-up, same run
+                print(f"{name:7} XLA speed-up: " + ", ".join(f"{k} {g:.2f}x" for k, g in gains),
+                      flush=True)
             del impls
 
 
