@@ -100,7 +100,7 @@ class OurArm(Stepper):
     def __init__(self, cfg, options, eval_file, trace=True):
         self.trainer = pretraining.make_trainer(cfg, options)
         # --jit_compile reached the trainer: its step is the XLA-compiled function.
-        assert (self.trainer._step_fn is not self.trainer._replica_step) == options.jit_compile
+        assert (self.trainer._step_fn != self.trainer._replica_step) == options.jit_compile
         assert self.trainer.restore() == "initialized"
         self.eval_fn = unpacked_evaluation(self.trainer, eval_file)
         if trace:  # now, under this arm's dtype policy (the trainer sets the global one)

@@ -169,10 +169,9 @@ def _ratios(name, results, arms, target_of, kind, invalid_seeds, parity_ok):
         bound = "<= " if censored else ""  # censored replicates counted at their total
         print(f"  {a} ({len(seeds)} replicates): all steps {totals[0]:.1f} s (MG {totals[1]:.1f} s,"
               f" {totals[1] / totals[0]:.2f}x); to target: per replicate MG/ours {per}; ratio of "
-              f"means {bound}{stats['text']}"
+              f"means {bound}{stats['text']}" + (f" ({GOAL_ROWS[a]})" if goal_row else "")
               + (f"; censored: replicate(s) {censored} (counted at their total: the ratio is "
                  "an upper bound)" if censored else "")
-              + (f" ({GOAL_ROWS[a]})" if goal_row else "")
               + (f"; with each side's first call (tracing, XLA compiling) added to its time: "
                  f"ratio of means {bound}{first['text']} (first call: MG {first['mg']:.1f} s, "
                  f"{a} {first[a]:.1f} s on average)" if first else ""))
