@@ -99,8 +99,12 @@ class OurArm(Stepper):
 
     def __init__(self, cfg, options, eval_file, trace=True):
         self.trainer = pretraining.make_trainer(cfg, options)
-        # --jit_compile reached the trainer: its step is the XLA-compiled function.
-        assert (self.trainer._step_fn != self.trainer._replica_step) == options.jit_compile
+        # --jit_compile reached the trainer: its step (or, across devices, its forward and
+        # backward pass) is the XLA-compiled function.
+        t = self.trainer
+        if (t._step_fn != t._replica_step or t._grad_fn != t._forward_backward) \
+                != options.jit_compile:
+            raise RuntimeError(f"--jit_compile={options.jit_compile} did not reach the trainer")
         assert self.trainer.restore() == "initialized"
         self.eval_fn = unpacked_evaluation(self.trainer, eval_file)
         if trace:  # now, under this arm's dtype policy (the trainer sets the global one)

@@ -164,6 +164,29 @@ def test_first_calls_counted_and_the_xla_arm_is_a_goal_row(capsys):
     assert ttq_report.summarize("mini", results)["packed_xla"]["with_first_calls"] is None
 
 
+def test_first_call_verdict_pairs_replicates_and_clears_on_its_own():
+    """Small first calls: the second verdict clears with the first, its interval is the one
+    of the per-replicate sums (pairing matters there), and one censored replicate stops both."""
+    results = _xla_results()
+    for seed, _, facts in results:
+        facts["first_call_seconds"] = {"mg": 0.1 * seed, "packed_xla": 0.3 * seed ** 2}
+    summary = ttq_report.summarize("mini", results)
+    xla, seeds = summary["packed_xla"], [1, 2, 3, 4, 5]
+    first = xla["with_first_calls"]
+    assert xla["cleared"] is True and first["cleared"] is True
+    t_mg = [summary["mg_times"][s][0] + 0.1 * s for s in seeds]
+    t_arm = [xla["times"][s][0] + 0.3 * s ** 2 for s in seeds]
+    ratio, boot, fieller = ttq_report.ratio_interval(t_mg, t_arm)
+    assert first["ratio_of_means"] == pytest.approx(ratio)
+    assert first["fieller95"] == pytest.approx(fieller)
+    assert first["bootstrap95"] == pytest.approx(boot)
+    censored = _xla_results(censor={2})
+    for seed, _, facts in censored:
+        facts["first_call_seconds"] = {"mg": 0.1 * seed, "packed_xla": 0.3 * seed ** 2}
+    first = ttq_report.summarize("mini", censored)["packed_xla"]["with_first_calls"]
+    assert first["ratio_of_means"] >= 2.0 and first["cleared"] is False
+
+
 def test_first_calls_of_censored_replicates_are_upper_bounds(capsys):
     summary = ttq_report.summarize("mini", _xla_results(censor={4}))
     first = summary["packed_xla"]["with_first_calls"]
