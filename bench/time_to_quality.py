@@ -9,8 +9,9 @@ child process, bench/peers_train.py); bert_tf's loop on the same records `plain`
 compiles its step only on GPUs, official/core/base_trainer.py: `runtime.enable_xla and
 num_gpus > 0`, so its CPU users never get XLA; bench/train_step.py's model_garden_xla row
 measures what it would give) and `packed_bf16` (--mixed_precision=bfloat16: emulated,
-slower, on a CPU without avx512_bf16/AMX); `two_phase` (bert-mini): the trainer's two phases, packed in both, 128 for
-90% of the steps and 512 (<= 6 a row) for the last 10% on one schedule, each phase timed.
+slower, on a CPU without avx512_bf16/AMX); `two_phase` (bert-mini): the trainer's two
+phases, packed in both, 128 for 90% of the steps and 512 (<= 6 a row) for the last 10% on one
+schedule, each phase timed.
 All but packed_bf16 run float32. Each side runs as its users run it: bert_tf's arms in the
 environment bert_tf's commands set (TF's BFC CPU allocator, bert_tf/tf_env.py), Model Garden
 with TF's default allocator (malloc); bench/train_step.py's model_garden_bfc row and
