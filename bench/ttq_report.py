@@ -10,7 +10,6 @@ from curves import first_time, mean_curve
 ARMS = ("mg", "plain", "packed", "packed_xla", "packed_bf16", "two_phase")
 # The goal's arms (bert-mini, seq 128, packed, float32): as shipped, and with --jit_compile.
 GOAL_ROWS = {"packed": "the goal's row", "packed_xla": "the goal's row with --jit_compile"}
-GOAL_ARMS = tuple(GOAL_ROWS)
 GOAL, GOAL_LOW = 2.0, 1.5
 PARITY_TOLERANCE = 1e-4  # bert_tf's eval of Model Garden's weights vs Model Garden's own
 MIN_REPLICATES = 5  # below this no interval is stated (a bootstrap of 2 is their min and max)
@@ -163,22 +162,22 @@ def _ratios(name, results, arms, target_of, kind, invalid_seeds, parity_ok):
         eligible = (len(seeds) >= MIN_REPLICATES and not censored and parity_ok and not no_mg
                     and not set(seeds) & set(invalid_seeds))
         stats = _verdict(t_mg, t_arm, eligible)
+        text = stats.pop("text")
         totals = [np.mean([times[k][s][1] for s in seeds]) for k in (a, "mg")]
-        goal_row = name == "mini" and a in GOAL_ARMS and kind == "final"
+        goal_row = name == "mini" and a in GOAL_ROWS and kind == "final"
         first = _with_first_calls(results, a, seeds, t_mg, t_arm, eligible)
+        first_text = first.pop("text") if first else None
         bound = "<= " if censored else ""  # censored replicates counted at their total
         print(f"  {a} ({len(seeds)} replicates): all steps {totals[0]:.1f} s (MG {totals[1]:.1f} s,"
               f" {totals[1] / totals[0]:.2f}x); to target: per replicate MG/ours {per}; ratio of "
-              f"means {bound}{stats['text']}" + (f" ({GOAL_ROWS[a]})" if goal_row else "")
+              f"means {bound}{text}" + (f" ({GOAL_ROWS[a]})" if goal_row else "")
               + (f"; censored: replicate(s) {censored} (counted at their total: the ratio is "
                  "an upper bound)" if censored else "")
               + (f"; with each side's first call (tracing, XLA compiling) added to its time: "
-                 f"ratio of means {bound}{first['text']} (first call: MG {first['mg']:.1f} s, "
+                 f"ratio of means {bound}{first_text} (first call: MG {first['mg']:.1f} s, "
                  f"{a} {first[a]:.1f} s on average)" if first else ""))
         out[a] = {"seeds": seeds, "per_replicate_ratio": [m / v for m, v in zip(t_mg, t_arm)],
-                  "times": times[a], "censored": censored,
-                  **{k: v for k, v in stats.items() if k != "text"},
-                  "with_first_calls": first and {k: v for k, v in first.items() if k != "text"}}
+                  "times": times[a], "censored": censored, **stats, "with_first_calls": first}
     return out
 
 
