@@ -100,12 +100,11 @@ class OurArm(Stepper):
 
     def __init__(self, cfg, options, eval_file, trace=True):
         self.trainer = pretraining.make_trainer(cfg, options)
-        # --jit_compile reached the trainer: its step (or, across devices, its forward and
-        # backward pass) is the XLA-compiled function.
-        t = self.trainer
-        if (t._step_fn != t._replica_step or t._grad_fn != t._forward_backward) \
-                != options.jit_compile:
-            raise RuntimeError(f"--jit_compile={options.jit_compile} did not reach the trainer")
+        # --jit_compile reached the trainer: XLA compiles its whole step (one device).
+        want = "replica_step" if options.jit_compile else None
+        if self.trainer.xla_compiles != want:
+            raise RuntimeError(f"--jit_compile={options.jit_compile} did not reach the trainer: "
+                               f"XLA compiles {self.trainer.xla_compiles}")
         assert self.trainer.restore() == "initialized"
         self.eval_fn = unpacked_evaluation(self.trainer, eval_file)
         if trace:  # now, under this arm's dtype policy (the trainer sets the global one)

@@ -12,7 +12,7 @@ import tensorflow as tf
 from bert_tf.tasks import classifier, classifier_data, finetune, ner, squad
 from bert_tf.tokenization import FullTokenizer
 from bert_tf.pretraining import pretraining
-from conftest import tiny_bert_config, write_pretraining_records
+from conftest import TWO_CPUS, tiny_bert_config, write_pretraining_records
 
 WORDS = [f"w{i}" for i in range(20)]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
@@ -78,11 +78,11 @@ def _finetune_trainer(name, tok, tmp_path, jit, precision="none"):
                                                task=task)
 
 
-def _pretraining_trainer(pattern, tmp_path, jit, precision="none"):
+def _pretraining_trainer(pattern, tmp_path, jit, precision="none", strategy="one_device"):
     options = pretraining.PretrainingOptions(
-        output_dir=str(tmp_path / f"pt-{jit}-{precision}"), max_seq_length=32,
+        output_dir=str(tmp_path / f"pt-{jit}-{precision}-{strategy}"), max_seq_length=32,
         max_predictions_per_seq=5, train_batch_size=4, learning_rate=1e-3, num_train_steps=10,
-        num_warmup_steps=1, seed=3, progress=False, strategy="one_device", jit_compile=jit,
+        num_warmup_steps=1, seed=3, progress=False, strategy=strategy, jit_compile=jit,
         mixed_precision=precision)
     trainer = pretraining.make_trainer(tiny_bert_config(num_hidden_layers=1), options)
     return trainer, trainer.task.dataset_fn(pattern, True)
@@ -109,15 +109,16 @@ def _two_steps(trainer, dataset_fn):
         for _ in range(2)]
 
 
-def _xla_compiled(trainer):
-    """True if XLA must compile the training loop's whole replica step (kernels inside it,
-    such as the fused GELU, may be compiled either way). The loop as traced for the
-    trainer's test_iterator (a new input pipeline would cost seconds)."""
+def _xla_compiled(trainer, part="replica_step"):
+    """True if XLA must compile the training loop's `part` (the whole replica step, or its
+    forward_backward; kernels inside it, such as the fused GELU, may be compiled either way).
+    The loop as traced for the trainer's test_iterator (a new input pipeline would cost
+    seconds)."""
     fn = trainer._train_loop_fn.get_concrete_function(trainer.test_iterator, tf.constant(1))
     compiled = {f.signature.name for f in fn.graph.as_graph_def().library.function
                 if f.attr["_XlaMustCompile"].b}
     assert compiled, "no XLA function at all: the fused GELU kernels are missing"
-    return any("replica_step" in name for name in compiled)
+    return any(part in name for name in compiled)
 
 
 @pytest.fixture
@@ -163,7 +164,23 @@ def test_whole_replica_step_compiles_with_xla(name, tokenizer, pattern, tmp_path
     assert all(np.isfinite(got)) and got[0] != got[1]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
     assert _xla_compiled(xla) and not _xla_compiled(plain)
+    assert (xla.xla_compiles, plain.xla_compiles) == ("replica_step", None)  # what it says
     assert xla.step == 2
+
+
+@pytest.mark.skipif(not TWO_CPUS, reason="TensorFlow was initialised before conftest split the CPU")
+def test_two_replicas_compile_forward_backward_with_xla(pattern, tmp_path):
+    """Under a multi-device strategy XLA compiles each replica's forward and backward pass
+    (the all-reduce and the update stay outside): two replicas' two steps match one device's
+    uncompiled steps."""
+    want = _PLAIN_LOSSES.get("pretraining") or _two_steps(
+        *_pretraining_trainer(pattern, tmp_path, jit=False))
+    two, data = _pretraining_trainer(pattern, tmp_path, jit=True, strategy="mirrored")
+    assert two.strategy.num_replicas_in_sync == 2
+    got = _two_steps(two, data)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    assert _xla_compiled(two, "forward_backward") and not _xla_compiled(two)
+    assert two.xla_compiles == "forward_backward"
 
 
 @pytest.mark.parametrize("name", ["pretraining", "classifier", "squad", "ner"])

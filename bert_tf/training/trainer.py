@@ -17,7 +17,8 @@ rest, the same way for every task (Model Garden's task/trainer split, kept small
   whose gradients are summed (with the whole batch's normalisers) before one update.
 * Variables without a gradient (the pooler of span/tagging models) are left out of the update.
 * jit_compile: XLA compiles the whole replica step (the forward/backward pass only when
-  replicas all-reduce across devices outside TPUs).
+  replicas all-reduce across devices outside TPUs); `xla_compiles` says which ("replica_step",
+  "forward_backward", or None).
 * Checkpoints (bert_tf.training.checkpointing) hold the model, optimizer, global step, data
   seed and dropout RNG states; a restart resumes from the latest and the seeded input skips
   the batches consumed so far. Without one, `init_checkpoint` initialises the model.
@@ -102,11 +103,15 @@ class Trainer:
         self._stop = preemption.StopFlag()
         self._grad_fn = self._forward_backward
         self._step_fn = self._replica_step
+        # What XLA compiles of the step (public: benchmarks and users check the flag took).
+        self.xla_compiles = None
         if o.jit_compile and (n == 1 or distribute.is_tpu(self.strategy)):
             self._step_fn = tf.function(self._replica_step, jit_compile=True, autograph=False)
+            self.xla_compiles = "replica_step"
         elif o.jit_compile:  # cross-device all-reduces stay outside XLA
             self._grad_fn = tf.function(self._forward_backward, jit_compile=True,
                                         autograph=False)
+            self.xla_compiles = "forward_backward"
 
     @property
     def step(self):
