@@ -6,7 +6,8 @@ run with --mixed_precision=none and one with bfloat16: the same initial weights 
 (weights are float32 under both policies), so the runs differ only in the compute precision.
 Reports per seed the training loss of the last loop (the last tenth of the steps) and the
 eval loss / masked-LM accuracy on the first `--eval_steps` batches, then the mean and sample
-standard deviation of each precision and of the paired difference bf16 - fp32.
+standard deviation of each precision and of the paired difference bf16 - fp32, and the same for
+the training loss of every loop (the curve). The eval reads the training records.
 
   .venv/bin/python bench/bf16_loss.py                     # 3 seeds x 300 steps of 16
   .venv/bin/python bench/bf16_loss.py --seeds 1,2,3,4,5 --steps 1000
@@ -49,7 +50,7 @@ def make_data(tmp, vocab_size=2000, dupe_factor=10):
 
 
 def run(config, pattern, out, seed, precision, args):
-    """One run: (last loop's training loss, eval results, CPU seconds)."""
+    """One run: (each loop's training loss, eval results, CPU seconds)."""
     o = pretraining.PretrainingOptions(
         output_dir=out, input_file=pattern, max_seq_length=SEQ, max_predictions_per_seq=PRED,
         train_batch_size=args.batch, eval_batch_size=32, learning_rate=args.learning_rate,
@@ -61,7 +62,7 @@ def run(config, pattern, out, seed, precision, args):
     trainer.restore()
     history = trainer.train(trainer.task.dataset_fn(pattern, True))
     ev = trainer.evaluate(trainer.task.dataset_fn(pattern, False), args.eval_steps)
-    return history[-1]["loss"], ev, time.process_time() - cpu
+    return [h["loss"] for h in history], ev, time.process_time() - cpu
 
 
 def _stats(values):
@@ -79,6 +80,7 @@ def main():
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = {"none": [], "bfloat16": []}
+    curves = {"none": [], "bfloat16": []}  # per seed: each loop's training loss
     with tempfile.TemporaryDirectory() as tmp:
         config, pattern = make_data(tmp)
         print(f"# bert-tiny (vocab {config.vocab_size}), seq {SEQ}, {args.steps} steps of "
@@ -88,9 +90,11 @@ def main():
               f"{'eval_mlm_acc':>12} {'cpu_s':>6}")
         for seed in seeds:
             for precision in rows:
-                loss, ev, cpu = run(config, pattern, os.path.join(tmp, f"{precision}-{seed}"),
-                                    seed, precision, args)
+                losses, ev, cpu = run(config, pattern, os.path.join(tmp, f"{precision}-{seed}"),
+                                      seed, precision, args)
+                loss = losses[-1]
                 rows[precision].append((loss, ev["loss"], ev["masked_lm_accuracy"], cpu))
+                curves[precision].append(losses)
                 print(f"{seed:4d} {precision:9} {loss:10.4f} {ev['loss']:9.4f} "
                       f"{ev['masked_lm_accuracy']:12.4f} {cpu:6.1f}", flush=True)
     for i, name in enumerate(("train_loss", "eval_loss", "eval_mlm_acc")):
@@ -98,6 +102,11 @@ def main():
         bf16 = [r[i] for r in rows["bfloat16"]]
         print(f"{name:12} fp32 {_stats(fp32)}  bf16 {_stats(bf16)}  bf16-fp32 "
               f"{_stats([b - a for a, b in zip(fp32, bf16)])}  (mean ± sd, n={len(seeds)})")
+    print("the curve: training loss of each loop (a tenth of the steps), mean ± sd over seeds")
+    for i, (a, b) in enumerate(zip(zip(*curves["none"]), zip(*curves["bfloat16"]))):
+        step = (i + 1) * max(1, args.steps // 10)
+        print(f"  step {step:6d}: fp32 {_stats(a)}  bf16 {_stats(b)}  bf16-fp32 "
+              f"{_stats([y - x for x, y in zip(a, b)])}")
     cpu = [statistics.mean(r[3] for r in rows[p]) for p in rows]
     print(f"cpu_s per run: fp32 {cpu[0]:.1f}, bf16 {cpu[1]:.1f} (bf16/fp32 {cpu[1] / cpu[0]:.2f})")
 
