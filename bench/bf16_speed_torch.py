@@ -8,7 +8,8 @@ Per device (the CPU at 2 threads and at all cores; the GPU if there is one): a 2
 768x3072 matmul in GFLOP/s, and steps/s of transformers' BertForPreTraining (bert-base: 12
 layers, 768 hidden, vocab 30522, random weights), seq 128, masked-LM on 20 positions + NSP,
 AdamW (eps 1e-6, weight decay 0.01), global-norm clipping 1.0, in float32 and under
-`torch.autocast(bfloat16)` (weights and optimizer float32, as Keras' mixed_bfloat16). On the
+`torch.autocast(bfloat16)` (weights and optimizer float32, as Keras' mixed_bfloat16); one
+fixed batch (losses show it runs, not how it learns). On the
 GPU float32 runs twice: strict, and with TF32 matmuls (TensorFlow's default on Ampere and later,
 so what a bert_tf float32 run gets there).
 
@@ -83,6 +84,7 @@ def step_rate(device, bf16, batch, steps, warm=3):
     labels = torch.full_like(ids, -100)
     pos = torch.stack([torch.randperm(SEQ - 2, device=device)[:PRED] + 1 for _ in range(batch)])
     labels.scatter_(1, pos, ids.gather(1, pos))
+    ids = ids.scatter(1, pos, torch.full_like(pos, 103))  # [MASK] where the labels are
     segments = (torch.arange(SEQ, device=device) > SEQ // 2).long().expand(batch, SEQ)
     nsp = torch.randint(0, 2, (batch,), device=device)
 
@@ -153,6 +155,7 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = True
         mm["tf32"] = matmul_gflops(gpu, torch.float32, reps=200)
         tf32 = step_rate(gpu, False, args.gpu_batch, args.gpu_steps)
+        torch.backends.cuda.matmul.allow_tf32 = False  # bf16 matmuls either way; as for fp32
         facts["gpu_matmul_gflops"] = mm
         print(f"gpu {name} (compute capability {cc[0]}.{cc[1]}) matmul GFLOP/s: {mm}")
         row(f"gpu {name}, bert-base", args.gpu_batch,
