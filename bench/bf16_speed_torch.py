@@ -138,7 +138,7 @@ def main():
               flush=True)
 
     cpu = torch.device("cpu")
-    for threads in [int(t) for t in args.cpu_threads.split(",")]:
+    for threads in [int(t) for t in args.cpu_threads.split(",") if t]:  # "": GPU only
         torch.set_num_threads(threads)
         mm = {str(d): matmul_gflops(cpu, d) for d in (torch.float32, torch.bfloat16)}
         facts[f"cpu_{threads}_matmul_gflops"] = mm
@@ -155,7 +155,7 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = True
         mm["tf32"] = matmul_gflops(gpu, torch.float32, reps=200)
         tf32 = step_rate(gpu, False, args.gpu_batch, args.gpu_steps)
-        torch.backends.cuda.matmul.allow_tf32 = False  # bf16 matmuls either way; as for fp32
+        # bf16 with TF32 left on: TensorFlow's default, so what a bert_tf bf16 run would have
         facts["gpu_matmul_gflops"] = mm
         print(f"gpu {name} (compute capability {cc[0]}.{cc[1]}) matmul GFLOP/s: {mm}")
         row(f"gpu {name}, bert-base", args.gpu_batch,
