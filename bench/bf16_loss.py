@@ -6,13 +6,17 @@ run with --mixed_precision=none and one with bfloat16: the same initial weights 
 (weights are float32 under both policies), so the runs differ only in the compute precision.
 Reports per seed the training loss of the last loop (the last tenth of the steps) and the
 eval loss / masked-LM accuracy on the first `--eval_steps` batches, then the mean and sample
-standard deviation of each precision and of the paired difference bf16 - fp32, and the same for
-the training loss of every loop (the curve). The eval reads the training records.
+standard deviation of each precision and of the paired difference bf16 - fp32; then the curve:
+for each loop, its mean training loss per precision (mean ± sd over seeds, and fp32's range),
+whether bf16's mean lies inside fp32's range, and the paired difference with its 95% t
+interval (up to 10 seeds; `--json` keeps every seed's curve). The eval reads the training
+records (no held-out set).
 
   .venv/bin/python bench/bf16_loss.py                     # 3 seeds x 300 steps of 16
   .venv/bin/python bench/bf16_loss.py --seeds 1,2,3,4,5 --steps 1000
 """
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -28,6 +32,7 @@ from bert_tf import resources  # noqa: E402
 from bert_tf.pretraining import pretraining  # noqa: E402
 
 SEQ, PRED = 32, 16
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def make_data(tmp, vocab_size=2000, dupe_factor=10):
@@ -50,7 +55,8 @@ def make_data(tmp, vocab_size=2000, dupe_factor=10):
 
 
 def run(config, pattern, out, seed, precision, args):
-    """One run: (each loop's training loss, eval results, CPU seconds)."""
+    """One run: ([(step, mean training loss of the loop ending there)], eval results, CPU
+    seconds)."""
     o = pretraining.PretrainingOptions(
         output_dir=out, input_file=pattern, max_seq_length=SEQ, max_predictions_per_seq=PRED,
         train_batch_size=args.batch, eval_batch_size=32, learning_rate=args.learning_rate,
@@ -62,7 +68,7 @@ def run(config, pattern, out, seed, precision, args):
     trainer.restore()
     history = trainer.train(trainer.task.dataset_fn(pattern, True))
     ev = trainer.evaluate(trainer.task.dataset_fn(pattern, False), args.eval_steps)
-    return [h["loss"] for h in history], ev, time.process_time() - cpu
+    return [(h["step"], h["loss"]) for h in history], ev, time.process_time() - cpu
 
 
 def _stats(values):
@@ -77,6 +83,7 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--learning_rate", type=float, default=1e-3)
     ap.add_argument("--eval_steps", type=int, default=10)
+    ap.add_argument("--json", help="also write every seed's curve here")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     rows = {"none": [], "bfloat16": []}
@@ -92,7 +99,7 @@ def main():
             for precision in rows:
                 losses, ev, cpu = run(config, pattern, os.path.join(tmp, f"{precision}-{seed}"),
                                       seed, precision, args)
-                loss = losses[-1]
+                loss = losses[-1][1]
                 rows[precision].append((loss, ev["loss"], ev["masked_lm_accuracy"], cpu))
                 curves[precision].append(losses)
                 print(f"{seed:4d} {precision:9} {loss:10.4f} {ev['loss']:9.4f} "
@@ -102,11 +109,23 @@ def main():
         bf16 = [r[i] for r in rows["bfloat16"]]
         print(f"{name:12} fp32 {_stats(fp32)}  bf16 {_stats(bf16)}  bf16-fp32 "
               f"{_stats([b - a for a, b in zip(fp32, bf16)])}  (mean ± sd, n={len(seeds)})")
-    print("the curve: training loss of each loop (a tenth of the steps), mean ± sd over seeds")
-    for i, (a, b) in enumerate(zip(zip(*curves["none"]), zip(*curves["bfloat16"]))):
-        step = (i + 1) * max(1, args.steps // 10)
-        print(f"  step {step:6d}: fp32 {_stats(a)}  bf16 {_stats(b)}  bf16-fp32 "
-              f"{_stats([y - x for x, y in zip(a, b)])}")
+    print("the curve: mean training loss of the loop ending at each step, mean ± sd over seeds;"
+          " fp32's range over seeds; paired bf16-fp32 with its 95% t interval")
+    for a, b in zip(zip(*curves["none"]), zip(*curves["bfloat16"])):
+        step = a[0][0]
+        assert all(x[0] == step for x in a + b)  # the same loops in every run
+        a, b = [x[1] for x in a], [x[1] for x in b]
+        d = [y - x for x, y in zip(a, b)]
+        half = T975.get(len(d) - 1, float("nan")) * statistics.stdev(d) / len(d) ** 0.5 \
+            if len(d) > 1 else float("nan")
+        mean_b = statistics.mean(b)
+        print(f"  step {step:6d}: fp32 {_stats(a)} [{min(a):.4f}, {max(a):.4f}]  bf16 "
+              f"{_stats(b)} ({'inside' if min(a) <= mean_b <= max(a) else 'OUTSIDE'} fp32's "
+              f"range)  bf16-fp32 {_stats(d)} [{statistics.mean(d) - half:+.4f}, "
+              f"{statistics.mean(d) + half:+.4f}]")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "seeds": seeds, "curves": curves, "rows": rows}, f)
     cpu = [statistics.mean(r[3] for r in rows[p]) for p in rows]
     print(f"cpu_s per run: fp32 {cpu[0]:.1f}, bf16 {cpu[1]:.1f} (bf16/fp32 {cpu[1] / cpu[0]:.2f})")
 
