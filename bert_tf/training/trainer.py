@@ -17,8 +17,7 @@ rest, the same way for every task (Model Garden's task/trainer split, kept small
   whose gradients are summed (with the whole batch's normalisers) before one update.
 * Variables without a gradient (the pooler of span/tagging models) are left out of the update.
 * jit_compile: XLA compiles the whole replica step (the forward/backward pass only when
-  replicas all-reduce across devices outside TPUs); `xla_compiles` says which ("replica_step",
-  "forward_backward", or None).
+  replicas all-reduce across devices outside TPUs); `Trainer.xla_compiles` says which.
 * Checkpoints (bert_tf.training.checkpointing) hold the model, optimizer, global step, data
   seed and dropout RNG states; a restart resumes from the latest and the seeded input skips
   the batches consumed so far. Without one, `init_checkpoint` initialises the model.
@@ -65,6 +64,9 @@ class Trainer:
             first model input): the shapes a run compiled its step for.
         checkpoints: the `checkpointing.Checkpoints` of output_dir (its `manager()` too);
             `restore()` and `save()` delegate to it.
+        xla_compiles: what `jit_compile` makes XLA compile: "replica_step" (one device or a
+            TPU), "forward_backward" (several devices: the all-reduce stays outside) or None
+            (jit_compile off; a TPU compiles its step anyway). Set when the trainer is made.
     """
 
     def __init__(self, task, options, strategy=None, init_source=None):
@@ -103,7 +105,7 @@ class Trainer:
         self._stop = preemption.StopFlag()
         self._grad_fn = self._forward_backward
         self._step_fn = self._replica_step
-        # What XLA compiles of the step (public: benchmarks and users check the flag took).
+        # What jit_compile makes XLA compile (public: benchmarks and users check it took).
         self.xla_compiles = None
         if o.jit_compile and (n == 1 or distribute.is_tpu(self.strategy)):
             self._step_fn = tf.function(self._replica_step, jit_compile=True, autograph=False)
@@ -153,7 +155,7 @@ class Trainer:
 
     def new_stage(self, options, data_start_step):
         """Train on with other options; model, optimizer and checkpoints stay, the compiled
-        loops are traced again.
+        loops are traced again (what XLA compiles stays as made: `xla_compiles`).
 
         Args:
             options: the stage's TrainerOptions (a pre-training phase's batch, ...).
