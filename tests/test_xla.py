@@ -155,11 +155,13 @@ def _plain_losses(name, tokenizer, pattern, tmp_path):
     # slow: test_whole_replica_step_compiles_with_xla[ner] (and the packed pre-training
     # step of test_packed_training.py::test_xla_compiled_step_on_packed_batches)
     pytest.param("squad", marks=pytest.mark.slow), "ner"])
-def test_whole_replica_step_compiles_with_xla(name, tokenizer, pattern, tmp_path):
+def test_whole_replica_step_compiles_with_xla(name, tokenizer, pattern, tmp_path, caplog):
     plain, data = _make(name, tokenizer, pattern, tmp_path, jit=False)
     want = _two_steps(plain, data)
     _PLAIN_LOSSES.setdefault(name, want)
-    xla, data = _make(name, tokenizer, pattern, tmp_path, jit=True)
+    with caplog.at_level("INFO", logger="bert_tf"):
+        xla, data = _make(name, tokenizer, pattern, tmp_path, jit=True)
+    assert "--jit_compile: XLA compiles each replica's whole step" in caplog.text
     got = _two_steps(xla, data)
     assert all(np.isfinite(got)) and got[0] != got[1]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
@@ -169,13 +171,15 @@ def test_whole_replica_step_compiles_with_xla(name, tokenizer, pattern, tmp_path
 
 
 @pytest.mark.skipif(not TWO_CPUS, reason="TensorFlow was initialised before conftest split the CPU")
-def test_two_replicas_compile_forward_backward_with_xla(pattern, tmp_path):
+def test_two_replicas_compile_forward_backward_with_xla(pattern, tmp_path, caplog):
     """Under a multi-device strategy XLA compiles each replica's forward and backward pass
     (the all-reduce and the update stay outside): two replicas' two steps match one device's
     uncompiled steps."""
     want = _PLAIN_LOSSES.get("pretraining") or _two_steps(
         *_pretraining_trainer(pattern, tmp_path, jit=False))
-    two, data = _pretraining_trainer(pattern, tmp_path, jit=True, strategy="mirrored")
+    with caplog.at_level("INFO", logger="bert_tf"):
+        two, data = _pretraining_trainer(pattern, tmp_path, jit=True, strategy="mirrored")
+    assert "--jit_compile: XLA compiles each replica's forward and backward pass" in caplog.text
     assert two.strategy.num_replicas_in_sync == 2
     got = _two_steps(two, data)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)

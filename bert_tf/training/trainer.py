@@ -114,6 +114,10 @@ class Trainer:
             self._grad_fn = tf.function(self._forward_backward, jit_compile=True,
                                         autograph=False)
             self.xla_compiles = "forward_backward"
+        if self.xla_compiles:  # the log says the flag took, and what it covers
+            log.info("--jit_compile: XLA compiles each replica's %s", {
+                "replica_step": "whole step", "forward_backward": "forward and backward pass "
+                "(the all-reduce and the update stay outside)"}[self.xla_compiles])
 
     @property
     def step(self):
