@@ -9,9 +9,9 @@ Per device (the CPU at 2 threads and at all cores; the GPU if there is one): a 2
 layers, 768 hidden, vocab 30522, random weights), seq 128, masked-LM on 20 positions + NSP,
 AdamW (eps 1e-6, weight decay 0.01), global-norm clipping 1.0, in float32 and under
 `torch.autocast(bfloat16)` (weights and optimizer float32, as Keras' mixed_bfloat16); one
-fixed batch (losses show it runs, not how it learns). On the
-GPU float32 runs twice: strict, and with TF32 matmuls (TensorFlow's default on Ampere and later,
-so what a bert_tf float32 run gets there).
+fixed batch (losses show it runs, not how it learns). On the GPU float32 runs twice: strict,
+and with TF32 matmuls (TensorFlow's default on Ampere and later, so what a bert_tf float32 run
+gets there); bf16 runs with TF32 on, as it would under TensorFlow.
 
   python3 bench/bf16_speed_torch.py --json out.json
 """
