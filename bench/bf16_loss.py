@@ -9,8 +9,8 @@ eval loss / masked-LM accuracy on the first `--eval_steps` batches, then the mea
 standard deviation of each precision and of the paired difference bf16 - fp32; then the curve:
 for each loop, its mean training loss per precision (mean ± sd over seeds, and fp32's range),
 whether bf16's mean lies inside fp32's range, and the paired difference with its 95% t
-interval (up to 10 seeds; `--json` keeps every seed's curve). The eval reads the training
-records (no held-out set).
+interval (`--json` keeps every seed's curve). The eval reads the training records (no
+held-out set).
 
   .venv/bin/python bench/bf16_loss.py                     # 3 seeds x 300 steps of 16
   .venv/bin/python bench/bf16_loss.py --seeds 1,2,3,4,5 --steps 1000
@@ -30,9 +30,9 @@ sys.path.insert(0, REPO)
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND)
 from bert_tf import resources  # noqa: E402
 from bert_tf.pretraining import pretraining  # noqa: E402
+from ttq_report import t975  # noqa: E402  (bench/: this script's folder)
 
 SEQ, PRED = 32, 16
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def make_data(tmp, vocab_size=2000, dupe_factor=10):
@@ -116,8 +116,8 @@ def main():
         assert all(x[0] == step for x in a + b)  # the same loops in every run
         a, b = [x[1] for x in a], [x[1] for x in b]
         d = [y - x for x, y in zip(a, b)]
-        half = T975.get(len(d) - 1, float("nan")) * statistics.stdev(d) / len(d) ** 0.5 \
-            if len(d) > 1 else float("nan")
+        half = t975(len(d) - 1) * statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 \
+            else float("nan")
         mean_b = statistics.mean(b)
         print(f"  step {step:6d}: fp32 {_stats(a)} [{min(a):.4f}, {max(a):.4f}]  bf16 "
               f"{_stats(b)} ({'inside' if min(a) <= mean_b <= max(a) else 'OUTSIDE'} fp32's "

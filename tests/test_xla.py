@@ -171,12 +171,11 @@ def test_whole_replica_step_compiles_with_xla(name, tokenizer, pattern, tmp_path
 
 
 @pytest.mark.skipif(not TWO_CPUS, reason="TensorFlow was initialised before conftest split the CPU")
-def test_two_replicas_compile_forward_backward_with_xla(pattern, tmp_path, caplog):
+def test_two_replicas_compile_forward_backward_with_xla(tokenizer, pattern, tmp_path, caplog):
     """Under a multi-device strategy XLA compiles each replica's forward and backward pass
     (the all-reduce and the update stay outside): two replicas' two steps match one device's
     uncompiled steps."""
-    want = _PLAIN_LOSSES.get("pretraining") or _two_steps(
-        *_pretraining_trainer(pattern, tmp_path, jit=False))
+    want = _plain_losses("pretraining", tokenizer, pattern, tmp_path)
     with caplog.at_level("INFO", logger="bert_tf"):
         two, data = _pretraining_trainer(pattern, tmp_path, jit=True, strategy="mirrored")
     assert "--jit_compile: XLA compiles each replica's forward and backward pass" in caplog.text

@@ -110,14 +110,13 @@ class Trainer:
         if o.jit_compile and (n == 1 or distribute.is_tpu(self.strategy)):
             self._step_fn = tf.function(self._replica_step, jit_compile=True, autograph=False)
             self.xla_compiles = "replica_step"
+            log.info("--jit_compile: XLA compiles each replica's whole step")
         elif o.jit_compile:  # cross-device all-reduces stay outside XLA
             self._grad_fn = tf.function(self._forward_backward, jit_compile=True,
                                         autograph=False)
             self.xla_compiles = "forward_backward"
-        if self.xla_compiles:  # the log says the flag took, and what it covers
-            log.info("--jit_compile: XLA compiles each replica's %s", {
-                "replica_step": "whole step", "forward_backward": "forward and backward pass "
-                "(the all-reduce and the update stay outside)"}[self.xla_compiles])
+            log.info("--jit_compile: XLA compiles each replica's forward and backward pass "
+                     "(the all-reduce and the update stay outside)")
 
     @property
     def step(self):
