@@ -211,7 +211,10 @@ def _model_garden_child(args):
 
     with open(args.config) as f:
         c = json.load(f)
-    tf.random.set_seed(args.seed)
+    # Python's, NumPy's, TF's and tf_keras's seed generator: its unseeded initializers draw
+    # seeds from that generator, else from Python's random (tf.random.set_seed alone left
+    # the initial weights different in every run of the same seed).
+    tf_keras.utils.set_random_seed(args.seed)
     encoder = networks.BertEncoder(
         vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
         num_layers=c["num_hidden_layers"], num_attention_heads=c["num_attention_heads"],
