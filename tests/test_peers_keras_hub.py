@@ -139,7 +139,8 @@ def test_keras_hub_errors_are_one_line(tmp_path, vocab_file):
                      num_attention_heads=2, intermediate_size=8, max_position_embeddings=16)
     model = interop.build_bert_model(cfg)
     n = len(VOCAB)
-    with pytest.raises(BertError, match=f"vocab.txt: {n} lines but the model has vocab_size {n + 1} "):
+    with pytest.raises(BertError,
+                       match=f"vocab.txt: {n} lines but the model has vocab_size {n + 1} "):
         khc.save_keras_hub_preset(model, vocab_file, True, str(tmp_path / "p"))
     exact = interop.build_bert_model(BertConfig(**dict(cfg.to_dict(), vocab_size=len(VOCAB),
                                                        hidden_act="gelu_exact")))
