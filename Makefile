@@ -43,9 +43,10 @@ $(PEERS_STAMP): $(STAMP) constraints-peers.txt
 
 peers: $(PEERS_STAMP)
 
-# Tests marked `peers`: they fail (never skip) when a peer is missing.
+# Tests marked `peers`: they fail (never skip) when a peer is missing. CI runs them after
+# `make test` (.ci/run), so the default suite keeps its peer-free run.
 test-peers: $(PEERS_STAMP)
-	$(BIN)/python -m pytest -q -m peers tests
+	$(BIN)/python -m pytest -q $(XDIST) -m peers tests
 
 # The demo's work folder and exports go under the current directory (demo_out/, export/).
 demo: $(STAMP)
