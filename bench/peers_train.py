@@ -137,12 +137,35 @@ def allocator_env(bfc):
     return env
 
 
+def model_garden_env(bert_tf_env):
+    """A Model Garden child's environment: as its users run it (TF's default allocator and
+    TF's own oneDNN choice for this CPU) or, bert_tf_env, in bert_tf's commands' (BFC, oneDNN
+    on: bert_tf/tf_env.py)."""
+    from bert_tf import tf_env
+    env = allocator_env(bert_tf_env)
+    env.pop(tf_env.ONEDNN, None)
+    if bert_tf_env:
+        env[tf_env.ONEDNN] = tf_env.defaults(commands=True)[tf_env.ONEDNN]
+    env.pop("TF_USE_LEGACY_KERAS", None)  # tf_keras is imported explicitly
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def onednn_in_use():
+    """Whether this process's TF runs oneDNN's CPU kernels (TF's own answer; a private API, as
+    TF has no public one). Imports TensorFlow."""
+    from tensorflow.python.util import _pywrap_util_port
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def allocators_line():
-    """The header line saying which allocator each side of a bench runs with."""
+    """The header line saying which allocator and oneDNN setting each side of a bench runs with."""
     from bert_tf import tf_env
     return ("bert_tf (this process): "
-            + ", ".join(f"{k}={os.environ.get(k, '(unset)')}" for k in tf_env.ALLOCATOR)
-            + "; Model Garden: TF_CPU_ALLOCATOR_USE_BFC=false (model_garden_bfc: true)")
+            + ", ".join(f"{k}={os.environ.get(k, '(unset)')}"
+                        for k in tf_env.ALLOCATOR + (tf_env.ONEDNN,))
+            + f" (oneDNN on: {onednn_in_use()}); Model Garden: TF_CPU_ALLOCATOR_USE_BFC=false, "
+            f"{tf_env.ONEDNN} unset (TF's choice for this CPU) (model_garden_env: bert_tf's)")
 
 
 class TaggedChild:
@@ -180,17 +203,17 @@ class TaggedChild:
 
 class ModelGarden(TaggedChild):
     """Parent side: starts the child, `run(calls)` -> the child's seconds; `close()`.
-    bert_tf_env: give it bert_tf's commands' CPU allocator (BFC) instead of TF's default."""
+    bert_tf_env: give it bert_tf's commands' environment (BFC allocator, oneDNN on) instead of
+    TF's defaults; the child reports what it got (`ready["onednn"]`)."""
 
     def __init__(self, config_file, files, batch, iterations, jit=False, seed=1, extra=(),
                  bert_tf_env=False):
         cmd = [sys.executable, os.path.abspath(__file__), "model_garden", "--config", config_file,
                "--files", files, "--batch", str(batch), "--iterations", str(iterations),
                "--seed", str(seed)] + (["--jit"] if jit else []) + list(extra)
-        env = allocator_env(bert_tf_env)
-        env.pop("TF_USE_LEGACY_KERAS", None)  # tf_keras is imported explicitly
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        super().__init__(cmd, bert_tf_env, _TAG, env)
+        super().__init__(cmd, bert_tf_env, _TAG, model_garden_env(bert_tf_env))
+        if bert_tf_env and not self.ready["onednn"]:
+            raise RuntimeError(f"{self.name} child: oneDNN off, asked for bert_tf's (on)")
         self.params = int(self.ready["params"])  # after the child's warm-up call
 
     def run(self, calls):
@@ -306,7 +329,8 @@ def _model_garden_child(args):
     first = run(1)[0]  # trace + warm up (its steps train)
     from bert_tf import tf_env
     print(_TAG + json.dumps({"params": model.count_params(), "bfc": tf_env.bfc_in_use(),
-                             "first_call_seconds": first}), flush=True)
+                             "onednn": onednn_in_use(), "first_call_seconds": first}),
+          flush=True)
     for line in sys.stdin:
         cmd, _, rest = line.strip().partition(" ")
         if cmd == "eval":

@@ -13,9 +13,10 @@ slower, on a CPU without avx512_bf16/AMX); `two_phase` (bert-mini): the trainer'
 phases, packed in both, 128 for 90% of the steps and 512 (<= 6 a row) for the last 10% on one
 schedule, each phase timed.
 All but packed_bf16 run float32. Each side runs as its users run it: bert_tf's arms in the
-environment bert_tf's commands set (TF's BFC CPU allocator, bert_tf/tf_env.py), Model Garden
-with TF's default allocator (malloc); bench/train_step.py's model_garden_bfc row and
-bench/cpu_allocator.py say what the allocator alone gives each.
+environment bert_tf's commands set (TF's BFC CPU allocator, oneDNN's kernels on,
+bert_tf/tf_env.py), Model Garden with TF's defaults (malloc; oneDNN as TF chooses for the CPU);
+bench/train_step.py's model_garden_env row says what that environment gives Model Garden, and
+bench/cpu_allocator.py what the allocator alone gives each.
 
 Data: bench/packing.py's time-to-quality set-up (a CPU run learns in minutes): short documents
 of the shipped sample corpus, a vocab learned from it, static masks (dupe_factor 5) at
@@ -73,7 +74,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND)
 from bert_tf import tf_env  # noqa: E402
 
-tf_env.apply(commands=True)  # bert_tf as its commands run (the BFC CPU allocator), before TF
+tf_env.apply(commands=True)  # bert_tf as its commands run (BFC allocator, oneDNN), before TF
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 

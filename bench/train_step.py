@@ -7,17 +7,21 @@ a GPU is visible), on the same synthetic TFRecords and global batch, each implem
   bert_tf       run_pretraining.py's loop (tf.function running --iterations_per_loop steps,
                 masked-LM + NSP loss, the original's AdamWeightDecay, global-norm clipping 1.0)
                 in the environment bert_tf's commands set (bert_tf/tf_env.py: TF's BFC CPU
-                allocator; this process's, so keras_hub and keras_fit share it)
+                allocator, oneDNN's kernels on; this process's, so keras_hub and keras_fit
+                share it)
   keras_hub     BertBackbone + MaskedLMHead tied to the token embedding + Dense(2) NSP on the
                 pooled output, keras AdamW (global_clipnorm 1.0), fit(steps_per_execution)
   model_garden  BertPretrainerV2(BertEncoder) with MaskedLMTask's train_step (losses, metrics)
                 and AdamWeightDecay, an Orbit while-loop of N steps in one tf.function
                 (tf_keras, in a child process; see bench/peers_train.py), as its users run it:
-                TF's default CPU allocator (malloc)
-  model_garden_bfc
-                the same child with bert_tf's allocator (BFC): the bert_tf / model_garden_bfc
-                ratio is the code's alone; model_garden_bfc / model_garden is what the
-                allocator gives a peer (each child reports the allocator it got)
+                TF's default CPU allocator (malloc), oneDNN as TF chooses for the CPU (off
+                without AVX-512/AMX features)
+  model_garden_env
+                the same child in bert_tf's commands' environment (BFC, oneDNN on): the
+                bert_tf / model_garden_env ratio is the code's alone; model_garden_env /
+                model_garden is what that environment gives a peer (each child reports the
+                allocator and oneDNN setting it got). (Before 2026-11-30 evening:
+                model_garden_bfc, the allocator alone.)
   keras_fit     (--peers ...,keras_fit) our BertPretrainer under plain keras compile/fit
                 (its full call: every position of the last block, as all_positions)
   fp32          (--peers fp32, with --mixed_precision bfloat16|float16|auto) the bert_tf row
@@ -56,7 +60,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bert_tf  # noqa: E402,F401  (sets KERAS_BACKEND)
 from bert_tf import tf_env  # noqa: E402
 
-tf_env.apply(commands=True)  # bert_tf as its commands run (the BFC CPU allocator), before TF
+tf_env.apply(commands=True)  # bert_tf as its commands run (BFC allocator, oneDNN), before TF
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -160,7 +164,7 @@ def bert_tf_impl(cfg, files, out, args, all_positions=False):
     return BertTf(cfg, files, out, args, all_positions)
 
 
-PEERS = ("keras_hub", "model_garden", "model_garden_bfc", "keras_fit", "fp32", "all_positions",
+PEERS = ("keras_hub", "model_garden", "model_garden_env", "keras_fit", "fp32", "all_positions",
          "bert_tf_xla", "model_garden_xla")
 
 
@@ -170,10 +174,10 @@ def make_impl(key, name, cfg, files, tmp, args):
         return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}"), args)
     if key == "keras_hub":
         return KerasHubFit(cfg, files, args.batch, args.iterations, jit=args.jit)
-    if key in ("model_garden", "model_garden_bfc", "model_garden_xla"):
+    if key in ("model_garden", "model_garden_env", "model_garden_xla"):
         return ModelGarden(config_file, files, args.batch, args.iterations,
                            jit=args.jit or key == "model_garden_xla",
-                           bert_tf_env=key == "model_garden_bfc")
+                           bert_tf_env=key == "model_garden_env")
     if key == "bert_tf_xla":
         return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}-xla"),
                             argparse.Namespace(**{**vars(args), "jit": True}))
@@ -190,7 +194,7 @@ def make_impl(key, name, cfg, files, tmp, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="tiny,mini")
-    ap.add_argument("--peers", default="keras_hub,model_garden,model_garden_bfc",
+    ap.add_argument("--peers", default="keras_hub,model_garden,model_garden_env",
                     help=f"comma-separated, from {','.join(PEERS)}")
     ap.add_argument("--batch", type=int, default=32, help="global batch")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per round")

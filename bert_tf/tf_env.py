@@ -22,15 +22,22 @@ The commands (bert_tf.commands: bert-run-pretraining, bert-run-classifier, ...) 
   TF_CPU_BFC_MEM_LIMIT_IN_MB=<the larger of 64 GiB and physical memory>
                                that allocator's cap; its own default, 64 GiB, would stop jobs
                                that malloc serves on a host with more memory.
-TF reads the allocator settings when its runtime starts (the first op), so they are left
-unset when TF has already started in this process (they would not apply, and children
-would inherit a setting their parent never used). Child processes inherit them (the demo's
-steps, a command's workers), as any environment variable.
+  TF_ENABLE_ONEDNN_OPTS=1      TF's oneDNN CPU kernels (matmuls and their fused forms), which
+                               TF turns on by itself only on CPUs with AVX-512 or AMX
+                               features. On an AVX2 host (AMD EPYC, 2 cores) they made the
+                               pre-training step 1.06x (bert-tiny), 1.01x (bert-mini) and
+                               1.1x (bert-base) faster (docs: benchmarks.md). Results move in
+                               the last bits (oneDNN adds in another order), as between hosts.
+TF reads the allocator settings when its runtime starts (the first op) and the oneDNN one when
+it is imported, so each is left unset once that has happened in this process (it would not
+apply, and children would inherit a setting their parent never used). Child processes inherit
+them (the demo's steps, a command's workers), as any environment variable.
 """
 import os
 import sys
 
 ALLOCATOR = ("TF_CPU_ALLOCATOR_USE_BFC", "TF_CPU_BFC_MEM_LIMIT_IN_MB")
+ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
 
 
 def _physical_memory_mb():
@@ -39,6 +46,11 @@ def _physical_memory_mb():
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1 << 20)
     except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
         return None
+
+
+def tf_imported():
+    """Whether TensorFlow is imported in this process (it has read TF_ENABLE_ONEDNN_OPTS)."""
+    return "tensorflow" in sys.modules
 
 
 def tf_started():
@@ -59,7 +71,7 @@ def defaults(commands=False):
     """{name: value} of the settings above for this host.
 
     Args:
-        commands: also the commands' settings (the CPU allocator).
+        commands: also the commands' settings (the CPU allocator, oneDNN).
     """
     values = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
     if commands:
@@ -67,17 +79,18 @@ def defaults(commands=False):
         memory = _physical_memory_mb()
         if memory:
             values["TF_CPU_BFC_MEM_LIMIT_IN_MB"] = str(max(memory, 1 << 16))
+        values[ONEDNN] = "1"
     return values
 
 
 def apply(environ=None, commands=False):
     """Sets the defaults above in `environ` (default os.environ), leaving values already set,
-    and the allocator's only while TF has not started. bert_tf's import applies the library's;
-    bert_tf.commands (and bench/) apply the commands'.
+    the allocator's only while TF has not started and oneDNN's only while TF is not imported.
+    bert_tf's import applies the library's; bert_tf.commands (and bench/) apply the commands'.
 
     Args:
         environ: the mapping to fill (tests pass a dict).
-        commands: also the commands' settings (the CPU allocator).
+        commands: also the commands' settings (the CPU allocator, oneDNN).
 
     Returns:
         the names it set (not those that were already there).
@@ -86,6 +99,8 @@ def apply(environ=None, commands=False):
     values = defaults(commands)
     if commands and tf_started():
         values = {k: v for k, v in values.items() if k not in ALLOCATOR}
+    if commands and tf_imported():
+        values.pop(ONEDNN, None)
     added = [name for name in values if name not in environ]
     for name in added:
         environ[name] = values[name]

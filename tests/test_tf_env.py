@@ -1,5 +1,6 @@
 """bert_tf/tf_env.py: the environment bert_tf gives TensorFlow (issue 43: the commands' CPU
-allocator keeps a training step's large tensors instead of faulting them in each step)."""
+allocator keeps a training step's large tensors instead of faulting them in each step, and
+oneDNN's CPU kernels are on where TF leaves them off)."""
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ except (AttributeError, ValueError, OSError):
 
 def test_apply_sets_defaults_and_keeps_what_the_user_set(monkeypatch):
     monkeypatch.setattr(tf_env, "tf_started", lambda: False)  # as before TF starts
+    monkeypatch.setattr(tf_env, "tf_imported", lambda: False)  # ... and is imported
     env = {"KERAS_BACKEND": "tensorflow", "OTHER": "x"}
     assert tf_env.apply(env) == ["TF_CPP_MIN_LOG_LEVEL"]  # the library: no allocator
     assert env == {"KERAS_BACKEND": "tensorflow", "OTHER": "x", "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -23,11 +25,19 @@ def test_apply_sets_defaults_and_keeps_what_the_user_set(monkeypatch):
     added = tf_env.apply(env, commands=True)
     assert env["TF_CPU_ALLOCATOR_USE_BFC"] == "false"  # the user's value stays
     if MEMORY is None:
-        assert added == LIBRARY
+        assert added == LIBRARY + ["TF_ENABLE_ONEDNN_OPTS"]
     else:  # never under TF's own 64 GiB default; the host's memory where it has more
-        assert added == LIBRARY + ["TF_CPU_BFC_MEM_LIMIT_IN_MB"]
+        assert added == LIBRARY + ["TF_CPU_BFC_MEM_LIMIT_IN_MB", "TF_ENABLE_ONEDNN_OPTS"]
         assert int(env["TF_CPU_BFC_MEM_LIMIT_IN_MB"]) == max(MEMORY, 65536)
+    assert env["TF_ENABLE_ONEDNN_OPTS"] == "1"
     assert tf_env.apply(env, commands=True) == []
+    env = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    assert "TF_ENABLE_ONEDNN_OPTS" not in tf_env.apply(env, commands=True)
+    assert env["TF_ENABLE_ONEDNN_OPTS"] == "0"  # the user's value stays
+    monkeypatch.setattr(tf_env, "tf_imported", lambda: True)  # too late for oneDNN
+    env = {}
+    assert "TF_ENABLE_ONEDNN_OPTS" not in tf_env.apply(env, commands=True)
+    assert "TF_CPU_ALLOCATOR_USE_BFC" in env  # imported, not started: the allocator still
     monkeypatch.setattr(tf_env, "tf_started", lambda: True)  # too late for the allocator
     env = {}
     assert tf_env.apply(env, commands=True) == LIBRARY and list(env) == LIBRARY
@@ -35,7 +45,7 @@ def test_apply_sets_defaults_and_keeps_what_the_user_set(monkeypatch):
 
 def _run(code, extra_env=None):
     """stdout lines of a fresh process running `code` (environment without tf_env's names)."""
-    names = set(tf_env.defaults(commands=True)) | set(tf_env.ALLOCATOR)
+    names = set(tf_env.defaults(commands=True)) | set(tf_env.ALLOCATOR) | {tf_env.ONEDNN}
     env = {k: v for k, v in os.environ.items() if k not in names}
     env.update(extra_env or {}, PYTHONPATH=ROOT, CUDA_VISIBLE_DEVICES="")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -52,20 +62,27 @@ PROBE = ("import tensorflow as tf\n"
          "    print('malloc')\n"
          "import os\n"  # _run starts without these names: the ones present bert_tf set
          "print('added', ','.join(k for k in %r if k in os.environ))\n"
+         # TF's own answer to 'are oneDNN's kernels on' (private: no public one)
+         "from tensorflow.python.util import _pywrap_util_port\n"
+         "print('onednn', _pywrap_util_port.IsMklEnabled())\n"
          % ["KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL", "TF_CPU_ALLOCATOR_USE_BFC",
-            "TF_CPU_BFC_MEM_LIMIT_IN_MB"])
+            "TF_CPU_BFC_MEM_LIMIT_IN_MB", "TF_ENABLE_ONEDNN_OPTS"])
 
 
-def test_the_commands_get_the_bfc_allocator_and_the_library_does_not():
+def test_the_commands_get_the_bfc_allocator_and_onednn_and_the_library_does_not():
     allocator = ["TF_CPU_ALLOCATOR_USE_BFC"] + (["TF_CPU_BFC_MEM_LIMIT_IN_MB"] if MEMORY else [])
-    assert _run("import bert_tf.commands\n" + PROBE)[:2] == [
-        "bfc True", "added " + ",".join(LIBRARY + allocator)]
+    assert _run("import bert_tf.commands\n" + PROBE)[:3] == [
+        "bfc True", "added " + ",".join(LIBRARY + allocator + ["TF_ENABLE_ONEDNN_OPTS"]),
+        "onednn True"]
+    # the library leaves oneDNN to TF (on only where the CPU has AVX-512/AMX features)
     assert _run("import bert_tf\n" + PROBE)[:2] == ["malloc", "added " + ",".join(LIBRARY)]
     # the user's setting wins
-    assert _run("import bert_tf.commands\n" + PROBE, {"TF_CPU_ALLOCATOR_USE_BFC": "false"})[0] \
-        == "malloc"
-    # TF imported but no op run yet: still in time
-    assert _run("import tensorflow\nimport bert_tf.commands\n" + PROBE)[0] == "bfc True"
+    out = _run("import bert_tf.commands\n" + PROBE,
+               {"TF_CPU_ALLOCATOR_USE_BFC": "false", "TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert out[0] == "malloc" and out[2] == "onednn False"
+    # TF imported but no op run yet: still in time for the allocator, not for oneDNN
+    out = _run("import tensorflow\nimport bert_tf.commands\n" + PROBE)
+    assert out[:2] == ["bfc True", "added " + ",".join(LIBRARY + allocator)]
     # TF already running: the allocator is fixed, so nothing claims to set it
     assert _run("import tensorflow as tf\ntf.ones([1]) + 1\nimport bert_tf.commands\n" + PROBE
                 )[:2] == ["malloc", "added " + ",".join(LIBRARY)]
