@@ -9,7 +9,8 @@ import sys
 
 from bert_tf import tf_env
 
-# Every command imports this package before TensorFlow: the CPU allocator of a training job.
+# Every command imports this package before TensorFlow: a training job's CPU allocator and
+# oneDNN kernels (bert_tf/tf_env.py).
 tf_env.apply(commands=True)
 
 # Console command -> module (whose main() it calls). setup.py lists the same entry points;
