@@ -137,15 +137,18 @@ def allocator_env(bfc):
     return env
 
 
-def model_garden_env(bert_tf_env):
-    """A Model Garden child's environment: as its users run it (TF's default allocator and
-    TF's own oneDNN choice for this CPU) or, bert_tf_env, in bert_tf's commands' (BFC, oneDNN
-    on: bert_tf/tf_env.py)."""
+ENVS = ("shipped", "bfc", "bert_tf")  # a Model Garden child's environment (model_garden_env)
+
+
+def model_garden_env(kind):
+    """A Model Garden child's environment. kind: "shipped", as its users run it (TF's default
+    allocator, TF's own oneDNN choice for this CPU); "bfc", bert_tf's allocator alone; "bert_tf",
+    this process's (bert_tf's commands': BFC and its TF_ENABLE_ONEDNN_OPTS, bert_tf/tf_env.py)."""
     from bert_tf import tf_env
-    env = allocator_env(bert_tf_env)
+    env = allocator_env(kind != "shipped")
     env.pop(tf_env.ONEDNN, None)
-    if bert_tf_env:
-        env[tf_env.ONEDNN] = tf_env.defaults(commands=True)[tf_env.ONEDNN]
+    if kind == "bert_tf" and tf_env.ONEDNN in os.environ:  # unset here: TF's choice, as here
+        env[tf_env.ONEDNN] = os.environ[tf_env.ONEDNN]
     env.pop("TF_USE_LEGACY_KERAS", None)  # tf_keras is imported explicitly
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
@@ -165,7 +168,8 @@ def allocators_line():
             + ", ".join(f"{k}={os.environ.get(k, '(unset)')}"
                         for k in tf_env.ALLOCATOR + (tf_env.ONEDNN,))
             + f" (oneDNN on: {onednn_in_use()}); Model Garden: TF_CPU_ALLOCATOR_USE_BFC=false, "
-            f"{tf_env.ONEDNN} unset (TF's choice for this CPU) (model_garden_env: bert_tf's)")
+            f"{tf_env.ONEDNN} unset (TF's choice for this CPU); model_garden_bfc: BFC, "
+            f"{tf_env.ONEDNN} unset; model_garden_env: this process's")
 
 
 class TaggedChild:
@@ -203,17 +207,18 @@ class TaggedChild:
 
 class ModelGarden(TaggedChild):
     """Parent side: starts the child, `run(calls)` -> the child's seconds; `close()`.
-    bert_tf_env: give it bert_tf's commands' environment (BFC allocator, oneDNN on) instead of
-    TF's defaults; the child reports what it got (`ready["onednn"]`)."""
+    env: one of ENVS (`model_garden_env`); the child reports the allocator and oneDNN setting
+    it got, and a "bert_tf" child must have this process's."""
 
     def __init__(self, config_file, files, batch, iterations, jit=False, seed=1, extra=(),
-                 bert_tf_env=False):
+                 env="shipped"):
         cmd = [sys.executable, os.path.abspath(__file__), "model_garden", "--config", config_file,
                "--files", files, "--batch", str(batch), "--iterations", str(iterations),
                "--seed", str(seed)] + (["--jit"] if jit else []) + list(extra)
-        super().__init__(cmd, bert_tf_env, _TAG, model_garden_env(bert_tf_env))
-        if bert_tf_env and not self.ready["onednn"]:
-            raise RuntimeError(f"{self.name} child: oneDNN off, asked for bert_tf's (on)")
+        super().__init__(cmd, env != "shipped", _TAG, model_garden_env(env))
+        if env == "bert_tf" and self.ready["onednn"] != onednn_in_use():
+            raise RuntimeError(f"{self.name} child: oneDNN on {self.ready['onednn']}, this "
+                               f"process {onednn_in_use()}")
         self.params = int(self.ready["params"])  # after the child's warm-up call
 
     def run(self, calls):

@@ -14,14 +14,15 @@ a GPU is visible), on the same synthetic TFRecords and global batch, each implem
   model_garden  BertPretrainerV2(BertEncoder) with MaskedLMTask's train_step (losses, metrics)
                 and AdamWeightDecay, an Orbit while-loop of N steps in one tf.function
                 (tf_keras, in a child process; see bench/peers_train.py), as its users run it:
-                TF's default CPU allocator (malloc), oneDNN as TF chooses for the CPU (off
-                without AVX-512/AMX features)
+                TF's default CPU allocator (malloc), oneDNN as TF chooses for the CPU (on
+                Linux x86: on only with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX)
+  model_garden_bfc
+                the same child with bert_tf's allocator (BFC) alone
   model_garden_env
-                the same child in bert_tf's commands' environment (BFC, oneDNN on): the
-                bert_tf / model_garden_env ratio is the code's alone; model_garden_env /
-                model_garden is what that environment gives a peer (each child reports the
-                allocator and oneDNN setting it got). (Before 2026-11-30 evening:
-                model_garden_bfc, the allocator alone.)
+                the same child in this process's environment (bert_tf's commands': BFC and
+                oneDNN on, bert_tf/tf_env.py): the bert_tf / model_garden_env ratio is the
+                code's alone; model_garden_env / model_garden is what that environment gives a
+                peer (each child reports the allocator and oneDNN setting it got)
   keras_fit     (--peers ...,keras_fit) our BertPretrainer under plain keras compile/fit
                 (its full call: every position of the last block, as all_positions)
   fp32          (--peers fp32, with --mixed_precision bfloat16|float16|auto) the bert_tf row
@@ -164,8 +165,9 @@ def bert_tf_impl(cfg, files, out, args, all_positions=False):
     return BertTf(cfg, files, out, args, all_positions)
 
 
-PEERS = ("keras_hub", "model_garden", "model_garden_env", "keras_fit", "fp32", "all_positions",
-         "bert_tf_xla", "model_garden_xla")
+PEERS = ("keras_hub", "model_garden", "model_garden_bfc", "model_garden_env", "keras_fit", "fp32",
+         "all_positions", "bert_tf_xla", "model_garden_xla")
+MODEL_GARDEN_ENV = {"model_garden_bfc": "bfc", "model_garden_env": "bert_tf"}  # else "shipped"
 
 
 def make_impl(key, name, cfg, files, tmp, args):
@@ -174,10 +176,10 @@ def make_impl(key, name, cfg, files, tmp, args):
         return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}"), args)
     if key == "keras_hub":
         return KerasHubFit(cfg, files, args.batch, args.iterations, jit=args.jit)
-    if key in ("model_garden", "model_garden_env", "model_garden_xla"):
+    if key.startswith("model_garden"):
         return ModelGarden(config_file, files, args.batch, args.iterations,
                            jit=args.jit or key == "model_garden_xla",
-                           bert_tf_env=key == "model_garden_env")
+                           env=MODEL_GARDEN_ENV.get(key, "shipped"))
     if key == "bert_tf_xla":
         return bert_tf_impl(cfg, files, os.path.join(tmp, f"out-{name}-xla"),
                             argparse.Namespace(**{**vars(args), "jit": True}))

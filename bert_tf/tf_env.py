@@ -22,18 +22,21 @@ The commands (bert_tf.commands: bert-run-pretraining, bert-run-classifier, ...) 
   TF_CPU_BFC_MEM_LIMIT_IN_MB=<the larger of 64 GiB and physical memory>
                                that allocator's cap; its own default, 64 GiB, would stop jobs
                                that malloc serves on a host with more memory.
-  TF_ENABLE_ONEDNN_OPTS=1      TF's oneDNN CPU kernels (matmuls and their fused forms), which
-                               TF turns on by itself only on CPUs with AVX-512 or AMX
-                               features. On an AVX2 host (AMD EPYC, 2 cores) they made the
-                               pre-training step 1.06x (bert-tiny), 1.01x (bert-mini) and
-                               1.1x (bert-base) faster (docs: benchmarks.md). Results move in
-                               the last bits (oneDNN adds in another order), as between hosts.
+  TF_ENABLE_ONEDNN_OPTS=1      (x86-64 only) TF's oneDNN CPU kernels (matmuls and their fused
+                               forms), which TF turns on by itself on Linux x86 only for CPUs
+                               with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX. On an AVX2 host
+                               (AMD EPYC, 2 cores) the pre-training step ran 1.06x (bert-tiny)
+                               and 1.08x (bert-base, CPU time per step) faster, bert-mini no
+                               measurable change (docs: install.md). Results move in the last
+                               bits (oneDNN adds in another order), as between hosts. ARM CPUs
+                               keep TF's choice: not measured there.
 TF reads the allocator settings when its runtime starts (the first op) and the oneDNN one when
 it is imported, so each is left unset once that has happened in this process (it would not
 apply, and children would inherit a setting their parent never used). Child processes inherit
 them (the demo's steps, a command's workers), as any environment variable.
 """
 import os
+import platform
 import sys
 
 ALLOCATOR = ("TF_CPU_ALLOCATOR_USE_BFC", "TF_CPU_BFC_MEM_LIMIT_IN_MB")
@@ -79,7 +82,8 @@ def defaults(commands=False):
         memory = _physical_memory_mb()
         if memory:
             values["TF_CPU_BFC_MEM_LIMIT_IN_MB"] = str(max(memory, 1 << 16))
-        values[ONEDNN] = "1"
+        if platform.machine().lower() in ("x86_64", "amd64"):
+            values[ONEDNN] = "1"
     return values
 
 
