@@ -145,10 +145,11 @@ def model_garden_env(kind):
     allocator, TF's own oneDNN choice for this CPU); "bfc", bert_tf's allocator alone; "bert_tf",
     this process's (bert_tf's commands': BFC and its TF_ENABLE_ONEDNN_OPTS, bert_tf/tf_env.py)."""
     from bert_tf import tf_env
-    env = allocator_env(kind != "shipped")
-    env.pop(tf_env.ONEDNN, None)
-    if kind == "bert_tf" and tf_env.ONEDNN in os.environ:  # unset here: TF's choice, as here
-        env[tf_env.ONEDNN] = os.environ[tf_env.ONEDNN]
+    if kind not in ENVS:
+        raise ValueError(f"Model Garden child environment {kind!r}: expected one of {ENVS}")
+    env = allocator_env(kind != "shipped")  # this process's TF_ENABLE_ONEDNN_OPTS, if any
+    if kind != "bert_tf":
+        env.pop(tf_env.ONEDNN, None)  # TF's own choice for this CPU
     env.pop("TF_USE_LEGACY_KERAS", None)  # tf_keras is imported explicitly
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
@@ -216,9 +217,10 @@ class ModelGarden(TaggedChild):
                "--files", files, "--batch", str(batch), "--iterations", str(iterations),
                "--seed", str(seed)] + (["--jit"] if jit else []) + list(extra)
         super().__init__(cmd, env != "shipped", _TAG, model_garden_env(env))
-        if env == "bert_tf" and self.ready["onednn"] != onednn_in_use():
+        mine = onednn_in_use() if env == "bert_tf" else None
+        if mine is not None and self.ready["onednn"] != mine:
             raise RuntimeError(f"{self.name} child: oneDNN on {self.ready['onednn']}, this "
-                               f"process {onednn_in_use()}")
+                               f"process {mine}")
         self.params = int(self.ready["params"])  # after the child's warm-up call
 
     def run(self, calls):

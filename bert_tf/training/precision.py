@@ -11,6 +11,8 @@ process (the strategy's devices, GPU details, cpuinfo) and applies it.
 import os
 import re
 
+from bert_tf import tf_env
+
 MIN_GPU_CAPABILITY = (8, 0)
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 CPUINFO = "/proc/cpuinfo"
@@ -61,7 +63,7 @@ def choose(kind, gpu_capabilities=(), flags=(), onednn=True):
 
 
 def _onednn_on():
-    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
+    return os.environ.get(tf_env.ONEDNN, "1").strip().lower() not in ("0", "false")
 
 
 def device_kind(strategy=None):
