@@ -2,9 +2,14 @@
 replicas and added up over the batches, then `task.summarize` turns them into the reported
 means, so N replicas report what one device reports for the same batches.
 """
+import logging
+
 import tensorflow as tf
 
 from bert_tf import BertError
+from bert_tf.training import summaries
+
+log = logging.getLogger("bert_tf")
 
 
 def eval_step_fn(strategy, model, task):
@@ -59,3 +64,18 @@ def run_eval(step_fn, batches, task, max_steps, empty_error):
     if steps == 0:
         raise BertError(empty_error)
     return task.summarize(totals, steps)
+
+
+def record(trainer, results, write_results=True):
+    """The chief's record of one evaluation: eval_results.txt, eval summaries, a log line.
+
+    Args:
+        trainer: the `Trainer` (output_dir, task.eval_keys, write_results).
+        results: `run_eval`'s metrics with "global_step".
+        write_results: write eval_results.txt (False: the caller writes them).
+    """
+    keys, step = trainer.task.eval_keys, results["global_step"]
+    if write_results:
+        trainer.write_results(results)
+    summaries.write_eval(trainer.options.output_dir, step, {k: results[k] for k in keys})
+    log.info("eval at step %d: %s", step, " ".join(f"{k}={results[k]:.4f}" for k in keys))

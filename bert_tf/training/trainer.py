@@ -40,8 +40,7 @@ import keras
 import tensorflow as tf
 
 from bert_tf import BertError, fileio
-from bert_tf.training import (checkpointing, distribute, evaluation, preemption, reporting,
-                              summaries)
+from bert_tf.training import checkpointing, distribute, evaluation, preemption, reporting
 from bert_tf.training.optimization import create_optimizer
 from bert_tf.training.options import check_mixed_precision
 from bert_tf.training.task import INPUT_NAMES, Task  # noqa: F401  (API)
@@ -372,12 +371,7 @@ class Trainer:
             max_steps, empty_error)
         results["global_step"] = self.step
         if self.is_chief:
-            if write_results:
-                self.write_results(results)
-            summaries.write_eval(self.options.output_dir, results["global_step"],
-                                 {k: results[k] for k in task.eval_keys})
-            log.info("eval at step %d: %s", results["global_step"],
-                     " ".join(f"{k}={results[k]:.4f}" for k in task.eval_keys))
+            evaluation.record(self, results, write_results)
         return results
 
     def write_results(self, results, name="eval_results.txt"):
