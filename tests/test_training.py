@@ -129,6 +129,18 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, trained):
                             "masked_lm_loss", "next_sentence_accuracy", "next_sentence_loss",
                             "sequences_per_second"]
     assert tags["loss"] == loops
+    # The chief's record of the eval (evaluation.record): its summaries and its log line.
+    eval_events = [p for p in os.listdir(out / "eval") if p.startswith("events.out.tfevents")]
+    eval_tags = {}
+    for event in tf.compat.v1.train.summary_iterator(str(out / "eval" / eval_events[0])):
+        for v in event.summary.value:
+            eval_tags[v.tag] = (event.step, float(tf.make_ndarray(v.tensor)))
+    assert len(eval_events) == 1 and sorted(eval_tags) == sorted(EVAL_KEYS[1:])
+    assert all(step == 50 for step, _ in eval_tags.values())
+    assert abs(eval_tags["masked_lm_accuracy"][1] - values["masked_lm_accuracy"]) < 1e-6
+    line = [m for m in trained["messages"] if m.startswith("eval at step ")]
+    assert line == ["eval at step 50: " + " ".join(
+        f"{k}={values[k]:.4f}" for k in EVAL_KEYS[1:])], line
     # --init_checkpoint from that output_dir, and the exported encoder, hold the trained weights.
     init = make_trainer(tiny_bert_config(dropout=0.1),
                         _options(output_dir=str(tmp_path / "init"), init_checkpoint=str(out)))

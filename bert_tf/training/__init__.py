@@ -5,7 +5,7 @@ task: pre-training (bert_tf.pretraining) and the fine-tuning tasks (bert_tf.task
   options         TrainerOptions (every field with flag() is a flag)
   task            Task: what the trainer needs from pre-training or a fine-tuning task
   trainer         the one loop: strategy, optimizer, replica step, train, eval, export
-  evaluation      the trainer's eval step and loop (the task's stats summed over replicas)
+  evaluation      the trainer's eval step, loop and record (eval_results.txt, summaries)
   checkpointing   the trainer's checkpoints: save, resume, --init_checkpoint
   preemption      SIGTERM/SIGINT while training: checkpoint the step in flight, exit 75
   summaries       the trainer's TensorBoard summaries (train and eval)

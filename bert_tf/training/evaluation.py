@@ -1,6 +1,7 @@
 """The Trainer's stat-based evaluation: the task's per-batch stats (sums) are reduced over
 replicas and added up over the batches, then `task.summarize` turns them into the reported
-means, so N replicas report what one device reports for the same batches.
+means, so N replicas report what one device reports for the same batches. The chief records
+each evaluation (`record`): eval_results.txt, eval summaries and one log line.
 """
 import logging
 
@@ -70,7 +71,7 @@ def record(trainer, results, write_results=True):
     """The chief's record of one evaluation: eval_results.txt, eval summaries, a log line.
 
     Args:
-        trainer: the `Trainer` (output_dir, task.eval_keys, write_results).
+        trainer: the `Trainer` (options.output_dir, task.eval_keys, write_results).
         results: `run_eval`'s metrics with "global_step".
         write_results: write eval_results.txt (False: the caller writes them).
     """
