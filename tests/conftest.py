@@ -5,6 +5,7 @@ MirroredStrategy can be tested with two replicas on a CPU-only machine (other te
 /CPU:0 as before).
 """
 import atexit
+import glob
 import os
 import shutil
 import tempfile
@@ -141,6 +142,19 @@ def write_pretraining_records(path, num_examples, seq_len=32, max_pred=5, vocab_
             w.write(ex.SerializeToString())
             out.append(f)
     return out
+
+
+def scalar_summaries(folder):
+    """{tag: [(step, value), ...]} in file order, from the one TensorBoard events file directly
+    in `folder` (a second one fails the test)."""
+    import tensorflow as tf
+    files = glob.glob(os.path.join(str(folder), "events.out.tfevents.*"))
+    assert len(files) == 1, files
+    scalars = {}
+    for event in tf.compat.v1.train.summary_iterator(files[0]):
+        for v in event.summary.value:
+            scalars.setdefault(v.tag, []).append((event.step, float(tf.make_ndarray(v.tensor))))
+    return scalars
 
 
 @pytest.fixture(autouse=True, scope="module")

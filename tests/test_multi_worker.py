@@ -4,7 +4,6 @@ Each test starts a real two-process cluster (TF import, cluster start-up and tra
 process): ~20 s for the parity test on 2 idle cores; the kill-and-resume one (two clusters and a
 heartbeat timeout) is `slow`.
 """
-import glob
 import json
 import os
 import re
@@ -19,7 +18,7 @@ import tensorflow as tf
 
 from bert_tf.pretraining.input_pipeline import pretraining_dataset
 from bert_tf.pretraining.pretraining import PretrainingOptions, make_trainer, summarize
-from conftest import tiny_bert_config, write_pretraining_records
+from conftest import scalar_summaries, tiny_bert_config, write_pretraining_records
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT = 300  # seconds for a worker to start, trace and log its first steps
@@ -101,13 +100,7 @@ def _wait_for(proc, text, timeout):
 
 
 def _summaries(out, tag):
-    files = glob.glob(os.path.join(out, "events.out.tfevents.*"))
-    assert len(files) == 1, files  # the chief's only
-    got = {}
-    for event in tf.compat.v1.train.summary_iterator(files[0]):
-        for v in event.summary.value:
-            if v.tag == tag:
-                got[event.step] = float(tf.make_ndarray(v.tensor))
+    got = dict(scalar_summaries(out)[tag])  # one events file: the chief's only
     return [got[s] for s in sorted(got)]
 
 

@@ -1,7 +1,6 @@
 """The one trainer under a fine-tuning task: features that used to exist only in pre-training
 (accumulation, resume with dropout RNG state, TensorBoard, no cap on iterations per loop) and
 ones that used to exist only in fine-tuning (divergence check, variables without gradient)."""
-import os
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ import tensorflow as tf
 from bert_tf import BertError
 from bert_tf.modeling.models import BertTokenClassifier
 from bert_tf.tasks import finetune
-from conftest import tiny_bert_config
+from conftest import scalar_summaries, tiny_bert_config
 
 
 class Tagging(finetune.FinetuneTask):
@@ -83,9 +82,7 @@ def test_resume_with_dropout_and_no_cap_on_iterations_per_loop(tmp_path):
     big = _trainer(tmp_path, "big", iterations_per_loop=60, learning_rate=1e-3)
     history = _train(big, 70)
     assert [m["step"] for m in history] == list(range(7, 71, 7))
-    events = [f for f in os.listdir(tmp_path / "big") if f.startswith("events.out")]
-    steps = [e.step for e in tf.compat.v1.train.summary_iterator(
-        str(tmp_path / "big" / events[0])) if any(v.tag == "loss" for v in e.summary.value)]
+    steps = [step for step, _ in scalar_summaries(tmp_path / "big")["loss"]]
     assert steps == list(range(7, 71, 7))
 
 

@@ -13,7 +13,7 @@ from bert_tf.training.distribute import get_strategy, set_mixed_precision
 from bert_tf.modeling.models import BertPretrainer, build_model
 from bert_tf.pretraining.pretraining import (EVAL_KEYS, PretrainingOptions, make_trainer,
                                           run_pretraining, summarize)
-from conftest import TWO_CPUS, run_pretraining_cases, tiny_bert_config
+from conftest import TWO_CPUS, run_pretraining_cases, scalar_summaries, tiny_bert_config
 
 
 def _config():
@@ -119,25 +119,16 @@ def test_loss_decreases_checkpoints_eval_and_export(tmp_path, trained):
     assert values["global_step"] == 50 and lines[0] == "global_step = 50"
     assert 0 < values["masked_lm_accuracy"] <= 1 and 0 < values["next_sentence_loss"] < 2
     assert not [p for p in os.listdir(out) if ".tmp" in p]
-    events = [p for p in os.listdir(out) if p.startswith("events.out.tfevents")]
-    assert len(events) == 1
-    tags = {}
-    for event in tf.compat.v1.train.summary_iterator(str(out / events[0])):
-        for v in event.summary.value:
-            tags.setdefault(v.tag, []).append(event.step)
+    tags = scalar_summaries(out)
     assert sorted(tags) == ["examples_per_second", "learning_rate", "loss", "masked_lm_accuracy",
                             "masked_lm_loss", "next_sentence_accuracy", "next_sentence_loss",
                             "sequences_per_second"]
-    assert tags["loss"] == loops
+    assert [step for step, _ in tags["loss"]] == loops
     # The chief's record of the eval (evaluation.record): its summaries and its log line.
-    eval_events = [p for p in os.listdir(out / "eval") if p.startswith("events.out.tfevents")]
-    eval_tags = {}
-    for event in tf.compat.v1.train.summary_iterator(str(out / "eval" / eval_events[0])):
-        for v in event.summary.value:
-            eval_tags[v.tag] = (event.step, float(tf.make_ndarray(v.tensor)))
-    assert len(eval_events) == 1 and sorted(eval_tags) == sorted(EVAL_KEYS[1:])
-    assert all(step == 50 for step, _ in eval_tags.values())
-    assert abs(eval_tags["masked_lm_accuracy"][1] - values["masked_lm_accuracy"]) < 1e-6
+    eval_tags = scalar_summaries(out / "eval")
+    assert {k: [step for step, _ in v] for k, v in eval_tags.items()} == {
+        k: [50] for k in EVAL_KEYS[1:]}
+    assert abs(eval_tags["masked_lm_accuracy"][0][1] - values["masked_lm_accuracy"]) < 1e-6
     line = [m for m in trained["messages"] if m.startswith("eval at step ")]
     assert line == ["eval at step 50: " + " ".join(
         f"{k}={values[k]:.4f}" for k in EVAL_KEYS[1:])], line
